@@ -1,0 +1,194 @@
+#pragma once
+
+// Commands the broker accepts and the replies it gives: plain structs,
+// translated from/to JSON by http/. Field names follow spec/API.md.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/base/clock.hpp"
+#include "storage/base/errc.hpp"
+#include "storage/schema.hpp"
+
+namespace onceq {
+
+using topic_settings = storage::topic_settings;
+using dlq_origin = storage::dlq_origin;
+
+struct create_topic_cmd {
+  std::string name;
+  std::int64_t partitions = 1;
+  topic_settings settings;
+};
+
+struct topic_created {
+  std::string name;
+  std::uint32_t partitions = 1;
+  bool created = true;  // false: it existed with the same settings
+};
+
+// envelope.retry_policy; unset fields fall back to the topic's settings.
+struct retry_policy {
+  std::optional<std::int64_t> max_attempts;
+  std::optional<std::int64_t> backoff_ms;
+  std::optional<std::int64_t> max_backoff_ms;
+};
+
+// One message of a produce. http/ parses the envelope and fills the fields
+// the broker acts on; envelope_json is the envelope as sent ("" if none),
+// echoed to consumers unchanged.
+struct message_in {
+  std::optional<std::string> key;
+  std::string value;
+  std::string envelope_json;
+  std::string idempotency_key;  // envelope.idempotency_key
+  std::string tenant_id;        // envelope.tenant_id
+  std::string msg_id;           // envelope.msg_id: produce dedup id
+  std::optional<std::int64_t> partition_override;
+  std::optional<std::int64_t> key_ttl_ms;
+  std::optional<std::int64_t> delay_ms;
+  std::optional<millis> deadline_ms;  // envelope.deadline, parsed
+  retry_policy retry;
+};
+
+struct produce_cmd {
+  std::string topic;
+  std::vector<message_in> messages;  // 1..1000
+  // The Idempotency-Key request header ("" if none). For a single message it
+  // is that message's dedup id (over envelope.msg_id); for a batch, message i
+  // without msg_id uses "<header>#<i>".
+  std::string idempotency_header;
+};
+
+struct produced {
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  bool duplicate = false;
+};
+
+struct produce_reply {
+  std::vector<produced> results;
+};
+
+struct consume_cmd {
+  std::string topic;
+  std::string group;
+  std::string owner;
+  std::optional<std::int64_t> lease_ms;  // default: the topic's
+  std::int64_t max_messages = 1;         // 1..1000
+};
+
+// One message handed to a consumer (a line of the NDJSON answer).
+struct delivery {
+  std::string topic;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::int64_t attempts = 0;
+  std::optional<std::string> key;
+  std::string value;
+  std::string last_error;
+  std::string envelope_json;        // "" if the producer sent none
+  std::optional<dlq_origin> dlq;    // set on messages of dlq.<topic>: envelope.dlq
+  millis lease_expires_at_ms = 0;
+};
+
+// Identifies one delivery for ack / nack / extend.
+struct delivery_ref {
+  std::string topic;
+  std::string group;
+  std::string owner;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::optional<std::int64_t> attempts;  // fence: must equal the current delivery's
+};
+
+struct ack_cmd {
+  delivery_ref ref;
+  std::string result_json;  // "" if none; stored with the committed key
+};
+
+struct ack_item {
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::optional<std::int64_t> attempts;
+  std::string result_json;
+};
+
+struct ack_batch_cmd {
+  std::string topic;
+  std::string group;
+  std::string owner;
+  std::vector<ack_item> acks;  // 1..1000
+};
+
+struct ack_outcome {
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  errc code = errc::ok;  // ok: "acked"; otherwise "error" with this code
+  std::string message;
+};
+
+struct nack_cmd {
+  delivery_ref ref;
+  std::string reason = "nack";
+  std::optional<std::int64_t> delay_ms;
+};
+
+struct extend_cmd {
+  delivery_ref ref;
+  std::int64_t lease_ms = 0;
+};
+
+struct key_query {
+  std::string topic;
+  std::string group;
+  std::string key;
+  std::string tenant_id;
+};
+
+struct key_info {
+  enum class state { none, leased, committed, failed };
+  state st = state::none;
+  std::string owner;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::int64_t attempts = 0;
+  millis lease_expires_at_ms = 0;  // leased
+  millis committed_at_ms = 0;      // committed
+  millis expires_at_ms = 0;        // committed; 0 = never
+  std::string result_json;         // committed, "" if none
+};
+
+struct redrive_cmd {
+  std::string topic;  // the original topic; messages come from dlq.<topic>
+  std::optional<std::int64_t> max_messages;
+};
+
+// Counters since start, per topic and group (for /metrics and GET topic).
+struct group_stats {
+  std::uint64_t backlog = 0;   // waiting for delivery, not in flight
+  std::uint64_t inflight = 0;  // leased now
+  std::uint64_t delivered = 0;
+  std::uint64_t redelivered = 0;
+  std::uint64_t acked = 0;
+  std::uint64_t auto_acked = 0;
+  std::uint64_t nacked = 0;
+  std::uint64_t lease_expired = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t stale_acks_rejected = 0;
+  millis oldest_unacked_produced_at_ms = 0;  // 0: nothing unacked
+};
+
+struct topic_info {
+  std::string name;
+  std::uint32_t partitions = 1;
+  topic_settings settings;
+  std::uint64_t produced = 0;
+  std::uint64_t produce_duplicates = 0;
+  std::map<std::string, group_stats> groups;
+};
+
+}  // namespace onceq

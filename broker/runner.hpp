@@ -1,0 +1,102 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "broker/broker.hpp"
+
+namespace onceq {
+
+struct runner_options {
+  std::size_t max_queue = 100'000;  // Default: commands waiting for the core before 429
+  millis max_wait_ms = 60'000;      // Default: longest long-poll
+};
+
+// Runs the broker on its own core thread: commands queue up from any
+// thread, run one after another, and each answer is released once the
+// store says its writes are durable (group commit happens in the store:
+// one sync covers every command that ran while the previous sync was in
+// flight). Also drives broker::tick() from the broker's next deadline and
+// parks long-polling consumers until a produce makes their topic ready.
+//
+// Thread safety: every public member may be called from any thread. The
+// done callbacks run on the core or the store's syncer thread and must not
+// block (post to your own executor).
+class runner {
+ public:
+  runner(broker& b, storage::store& store, const clock& time, runner_options opts = {});
+  ~runner();  // stop()
+  runner(const runner&) = delete;
+  runner& operator=(const runner&) = delete;
+
+  void start();
+  // Stops taking commands (they answer errc::unavailable), answers parked
+  // waiters, waits for pending answers to be released, joins the thread.
+  void stop();
+
+  // Runs fn on the core thread and calls done with its result after the
+  // writes it made are durable (errors are answered at once).
+  template <class T>
+  void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
+    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
+    post_job([fn = std::move(fn), shared_done](broker& b, storage::store& s) mutable {
+      auto r = fn(b);
+      if (!r.ok()) {
+        (*shared_done)(std::move(r));
+        return;
+      }
+      auto holder = std::make_shared<result<T>>(std::move(r));
+      s.when_durable([holder, shared_done](result<void> durable) {
+        if (!durable.ok()) {
+          (*shared_done)(result<T>(std::move(durable).err()));
+        } else {
+          (*shared_done)(std::move(*holder));
+        }
+      });
+    }, [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+  }
+
+  // consume, and if nothing is available and wait_ms > 0, park until the
+  // topic gets a ready message (then try again) or wait_ms passes (then
+  // answer an empty vector).
+  void consume(consume_cmd cmd, millis wait_ms,
+               std::function<void(result<std::vector<delivery>>)> done);
+
+  // get_key, and if wait_ms > 0 and the key is not committed, park until it
+  // is committed or wait_ms passes (then answer its state as it is).
+  void wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done);
+
+  std::size_t queue_depth() const;
+
+ private:
+  using job = std::function<void(broker&, storage::store&)>;
+  using reject = std::function<void(error)>;
+  void post_job(job j, reject r);
+  void loop();
+
+  struct waiter;
+  struct key_waiter;
+
+  broker& broker_;
+  storage::store& store_;
+  const clock& clock_;
+  runner_options opts_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<job, reject>> queue_;
+  bool stopping_ = false;
+  bool started_ = false;
+  std::thread thread_;
+
+  // Core-thread only.
+  std::vector<std::shared_ptr<waiter>> waiters_;
+  std::vector<std::shared_ptr<key_waiter>> key_waiters_;
+};
+
+}  // namespace onceq

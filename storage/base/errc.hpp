@@ -1,0 +1,34 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace onceq {
+
+// Error codes of the whole server. Values are explicit and never renumbered:
+// they appear in logs and tests. http/error_table.cpp maps each one to an
+// HTTP status and the wire name (spec/API.md "Errors").
+enum class errc : int {
+  ok = 0,
+  invalid_argument = 1,
+  unauthenticated = 2,
+  permission_denied = 3,
+  not_found = 4,
+  method_not_allowed = 5,
+  already_exists = 6,
+  failed_precondition = 7,
+  payload_too_large = 8,
+  resource_exhausted = 9,
+  unavailable = 10,
+  internal = 11,
+};
+
+// Wire name of a code, e.g. "INVALID_ARGUMENT".
+std::string_view to_string(errc code) noexcept;
+
+struct error {
+  errc code = errc::internal;
+  std::string message;
+};
+
+}  // namespace onceq

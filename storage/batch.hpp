@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace onceq::storage {
+
+// One key space each; storage/rocksdb maps each to a column family.
+enum class column : std::uint8_t {
+  meta = 0,        // topics, groups, cursors, partition start offsets
+  messages = 1,    // (topic, partition, offset) -> message_record
+  deliveries = 2,  // (topic, group, partition, offset) -> delivery_record
+  keys = 3,        // (topic, group, tenant, key) -> key_record (committed / failed)
+  dedup = 4,       // (topic, dedup id) -> dedup_record
+};
+inline constexpr int k_column_count = 5;
+
+// An ordered set of mutations that store::write applies atomically (one
+// RocksDB WriteBatch). Not thread-safe; owned by whoever builds it.
+class batch {
+ public:
+  enum class kind : std::uint8_t { put, del, del_range };
+  struct op {
+    kind k;
+    column col;
+    std::string key;
+    std::string value;  // put: the value; del_range: the exclusive end key
+  };
+
+  void put(column c, std::string key, std::string value) {
+    bytes_ += key.size() + value.size();
+    ops_.push_back(op{kind::put, c, std::move(key), std::move(value)});
+  }
+  void del(column c, std::string key) {
+    bytes_ += key.size();
+    ops_.push_back(op{kind::del, c, std::move(key), {}});
+  }
+  // Deletes every key in [begin, end).
+  void del_range(column c, std::string begin, std::string end) {
+    bytes_ += begin.size() + end.size();
+    ops_.push_back(op{kind::del_range, c, std::move(begin), std::move(end)});
+  }
+
+  bool empty() const noexcept { return ops_.empty(); }
+  std::size_t size() const noexcept { return ops_.size(); }
+  std::size_t bytes() const noexcept { return bytes_; }
+  const std::vector<op>& ops() const noexcept { return ops_; }
+  void clear() noexcept {
+    ops_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  std::vector<op> ops_;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace onceq::storage

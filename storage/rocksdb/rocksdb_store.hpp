@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "storage/base/clock.hpp"
+#include "storage/store.hpp"
+
+namespace onceq::storage {
+
+// When a write counts as durable (spec: --fsync always|interval:<ms>|none).
+struct fsync_policy {
+  enum class mode { always, interval, none };
+  mode kind = mode::always;  // Default: always (synced before each answer)
+  millis interval_ms = 0;    // for mode::interval
+
+  // Parses "always", "none" or "interval:<ms>" (ms in 1..60000).
+  static result<fsync_policy> parse(std::string_view text);
+  std::string to_string() const;
+};
+
+struct storage_options {
+  std::string data_dir;                              // required
+  fsync_policy fsync;                                // Default: always
+  std::size_t block_cache_bytes = 64ull << 20;       // Default: 64 MiB
+  std::size_t write_buffer_bytes = 32ull << 20;      // Default: 32 MiB per column family memtable
+  // Used by the compaction filter to drop expired keys and dedup entries.
+  // Must outlive the store. Default: a system clock owned by the store.
+  const clock* time = nullptr;
+};
+
+// storage::store on RocksDB: one column family per storage::column, bloom
+// filters on point-lookup families, a compaction filter that drops expired
+// key_record / dedup_record values (expires_at_of), and group commit:
+// write() is a WAL-logged Write without sync; a syncer thread calls
+// SyncWAL() once for all when_durable() callbacks that queued up while the
+// previous sync ran, then runs them in order. Under fsync=interval the syncer
+// syncs every interval and when_durable answers at once; under none it never
+// syncs (data still survives kill -9 via the OS page cache).
+//
+// Thread safety: as storage::store. Callbacks run on the syncer thread.
+class rocksdb_store final : public store {
+ public:
+  static result<std::unique_ptr<rocksdb_store>> open(const storage_options& opts);
+  ~rocksdb_store() override;  // runs pending callbacks after a final sync, then closes
+
+  result<void> write(const batch& b) override;
+  result<std::string> get(column c, std::string_view key) override;
+  result<void> scan(column c, std::string_view begin, std::string_view end,
+                    const visitor& fn) override;
+  result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;
+  void when_durable(std::function<void(result<void>)> done) override;
+
+  // Total bytes of SST and WAL files (for metrics and the soak benchmark).
+  std::uint64_t disk_bytes() const;
+  // Number of SyncWAL calls so far (group-commit effectiveness).
+  std::uint64_t syncs() const;
+  // Forces a compaction of the whole database (tests of the compaction filter).
+  result<void> compact_all();
+
+  struct impl;
+
+ private:
+  explicit rocksdb_store(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace onceq::storage

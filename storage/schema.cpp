@@ -1,0 +1,420 @@
+#include "storage/schema.hpp"
+
+#include <cstring>
+
+namespace onceq::storage {
+namespace {
+
+constexpr std::uint8_t k_format_version = 1;
+
+void put_be32(std::string& out, std::uint32_t v) {
+  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+}
+void put_be64(std::string& out, std::uint64_t v) {
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+}
+std::uint32_t get_be32(std::string_view s) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<std::uint8_t>(s[i]);
+  return v;
+}
+std::uint64_t get_be64(std::string_view s) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<std::uint8_t>(s[i]);
+  return v;
+}
+
+// Little-endian fixed and varint writer/reader for record values.
+class writer {
+ public:
+  writer() { out_.push_back(static_cast<char>(k_format_version)); }
+  explicit writer(millis expires_at) {
+    fixed64(static_cast<std::uint64_t>(expires_at));
+    out_.push_back(static_cast<char>(k_format_version));
+  }
+  void fixed64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+  }
+  void varint(std::uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<char>(v));
+  }
+  // Signed values zig-zag encoded (-1 is the common "unset").
+  void svarint(std::int64_t v) {
+    varint((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+  }
+  void str(std::string_view s) {
+    varint(s.size());
+    out_.append(s);
+  }
+  void byte(std::uint8_t b) { out_.push_back(static_cast<char>(b)); }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class reader {
+ public:
+  explicit reader(std::string_view in) : in_(in) {}
+  bool fixed64(std::uint64_t& v) {
+    if (in_.size() < 8) return fail();
+    v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(in_[i]);
+    in_.remove_prefix(8);
+    return true;
+  }
+  bool varint(std::uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+      if (in_.empty()) return fail();
+      auto b = static_cast<std::uint8_t>(in_[0]);
+      in_.remove_prefix(1);
+      v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return fail();
+  }
+  template <class T>
+  bool uvar(T& out) {
+    std::uint64_t v;
+    if (!varint(v)) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  bool svarint(std::int64_t& out) {
+    std::uint64_t v;
+    if (!varint(v)) return false;
+    out = static_cast<std::int64_t>((v >> 1) ^ (~(v & 1) + 1));
+    return true;
+  }
+  bool str(std::string& s) {
+    std::uint64_t n;
+    if (!varint(n) || n > in_.size()) return fail();
+    s.assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool byte(std::uint8_t& b) {
+    if (in_.empty()) return fail();
+    b = static_cast<std::uint8_t>(in_[0]);
+    in_.remove_prefix(1);
+    return true;
+  }
+  bool version() {
+    std::uint8_t v;
+    return byte(v) && v == k_format_version;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  bool fail() {
+    ok_ = false;
+    return false;
+  }
+  std::string_view in_;
+  bool ok_ = true;
+};
+
+error corrupt(std::string_view what) {
+  return make_error(errc::internal, std::string("corrupt record: ") + std::string(what));
+}
+
+std::string with_prefix(char p, topic_id t) {
+  std::string k(1, p);
+  put_be32(k, t);
+  return k;
+}
+
+}  // namespace
+
+millis expires_at_of(std::string_view value) noexcept {
+  if (value.size() < 8) return 0;
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(value[i]);
+  return static_cast<millis>(v);
+}
+
+namespace keys {
+
+std::string prefix_end(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    auto& c = end.back();
+    if (static_cast<std::uint8_t>(c) != 0xff) {
+      c = static_cast<char>(static_cast<std::uint8_t>(c) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\xff');  // unreachable for our prefixes
+}
+
+std::string topic(std::string_view name) { return std::string("t") + std::string(name); }
+std::string topic_prefix() { return "t"; }
+std::string group(topic_id t, std::string_view name) { return with_prefix('g', t).append(name); }
+std::string group_prefix(topic_id t) { return with_prefix('g', t); }
+std::string cursor(topic_id t, group_id g, std::uint32_t partition) {
+  auto k = with_prefix('c', t);
+  put_be32(k, g);
+  put_be32(k, partition);
+  return k;
+}
+std::string cursor_prefix(topic_id t) { return with_prefix('c', t); }
+std::string partition_start(topic_id t, std::uint32_t partition) {
+  auto k = with_prefix('s', t);
+  put_be32(k, partition);
+  return k;
+}
+std::string partition_start_prefix(topic_id t) { return with_prefix('s', t); }
+std::string next_topic_id() { return "n"; }
+
+std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset) {
+  std::string k;
+  k.reserve(16);
+  put_be32(k, t);
+  put_be32(k, partition);
+  put_be64(k, offset);
+  return k;
+}
+std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset) {
+  std::string k;
+  k.reserve(20);
+  put_be32(k, t);
+  put_be32(k, g);
+  put_be32(k, partition);
+  put_be64(k, offset);
+  return k;
+}
+std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key) {
+  std::string k;
+  put_be32(k, t);
+  put_be32(k, g);
+  put_be32(k, static_cast<std::uint32_t>(tenant.size()));
+  k.append(tenant);
+  k.append(key);
+  return k;
+}
+std::string dedup(topic_id t, std::string_view id) {
+  std::string k;
+  put_be32(k, t);
+  k.append(id);
+  return k;
+}
+std::string topic_begin(topic_id t) {
+  std::string k;
+  put_be32(k, t);
+  return k;
+}
+std::string topic_end(topic_id t) {
+  std::string k;
+  put_be32(k, t + 1);
+  return k;
+}
+std::string group_begin(topic_id t, group_id g) {
+  std::string k;
+  put_be32(k, t);
+  put_be32(k, g);
+  return k;
+}
+std::string group_end(topic_id t, group_id g) { return prefix_end(group_begin(t, g)); }
+
+result<delivery_key> parse_delivery(std::string_view key) {
+  if (key.size() != 20) return corrupt("delivery key");
+  return delivery_key{get_be32(key), get_be32(key.substr(4)), get_be32(key.substr(8)),
+                      get_be64(key.substr(12))};
+}
+result<cursor_key> parse_cursor(std::string_view key) {
+  if (key.size() != 13 || key[0] != 'c') return corrupt("cursor key");
+  return cursor_key{get_be32(key.substr(1)), get_be32(key.substr(5)), get_be32(key.substr(9))};
+}
+result<std::uint64_t> parse_message_offset(std::string_view key) {
+  if (key.size() != 16) return corrupt("message key");
+  return get_be64(key.substr(8));
+}
+result<std::uint32_t> parse_partition_start(std::string_view key) {
+  if (key.size() != 9 || key[0] != 's') return corrupt("partition start key");
+  return get_be32(key.substr(5));
+}
+
+}  // namespace keys
+
+std::string encode(const topic_record& r) {
+  writer w;
+  w.varint(r.id);
+  w.str(r.name);
+  w.varint(r.partitions);
+  const auto& s = r.settings;
+  w.svarint(s.lease_ms);
+  w.svarint(s.max_attempts);
+  w.svarint(s.backoff_ms);
+  w.svarint(s.max_backoff_ms);
+  w.svarint(s.key_ttl_ms);
+  w.svarint(s.dedup_window_ms);
+  w.svarint(s.retention_ms);
+  w.svarint(r.created_at_ms);
+  return w.take();
+}
+
+result<topic_record> decode_topic(std::string_view v) {
+  reader r(v);
+  topic_record t;
+  auto& s = t.settings;
+  if (!(r.version() && r.uvar(t.id) && r.str(t.name) && r.uvar(t.partitions) &&
+        r.svarint(s.lease_ms) && r.svarint(s.max_attempts) && r.svarint(s.backoff_ms) &&
+        r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) && r.svarint(s.dedup_window_ms) &&
+        r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
+    return corrupt("topic");
+  return t;
+}
+
+std::string encode(const group_record& r) {
+  writer w;
+  w.varint(r.topic);
+  w.varint(r.id);
+  w.str(r.name);
+  return w.take();
+}
+
+result<group_record> decode_group(std::string_view v) {
+  reader r(v);
+  group_record g;
+  if (!(r.version() && r.uvar(g.topic) && r.uvar(g.id) && r.str(g.name))) return corrupt("group");
+  return g;
+}
+
+std::string encode(const message_record& r) {
+  writer w;
+  w.svarint(r.produced_at_ms);
+  w.svarint(r.deliver_at_ms);
+  w.byte(r.key ? 1 : 0);
+  if (r.key) w.str(*r.key);
+  w.str(r.value);
+  w.str(r.envelope_json);
+  w.str(r.idempotency_key);
+  w.str(r.tenant_id);
+  w.svarint(r.key_ttl_ms);
+  w.svarint(r.max_attempts);
+  w.svarint(r.backoff_ms);
+  w.svarint(r.max_backoff_ms);
+  w.byte(r.dlq ? 1 : 0);
+  if (r.dlq) {
+    w.str(r.dlq->original_topic);
+    w.varint(r.dlq->original_partition);
+    w.varint(r.dlq->original_offset);
+    w.svarint(r.dlq->attempts);
+    w.str(r.dlq->last_error);
+    w.svarint(r.dlq->routed_at_ms);
+  }
+  return w.take();
+}
+
+result<message_record> decode_message(std::string_view v) {
+  reader r(v);
+  message_record m;
+  std::uint8_t has_key = 0, has_dlq = 0;
+  if (!(r.version() && r.svarint(m.produced_at_ms) && r.svarint(m.deliver_at_ms) &&
+        r.byte(has_key)))
+    return corrupt("message");
+  if (has_key) {
+    m.key.emplace();
+    if (!r.str(*m.key)) return corrupt("message key");
+  }
+  if (!(r.str(m.value) && r.str(m.envelope_json) && r.str(m.idempotency_key) &&
+        r.str(m.tenant_id) && r.svarint(m.key_ttl_ms) && r.svarint(m.max_attempts) &&
+        r.svarint(m.backoff_ms) && r.svarint(m.max_backoff_ms) && r.byte(has_dlq)))
+    return corrupt("message");
+  if (has_dlq) {
+    dlq_origin d;
+    if (!(r.str(d.original_topic) && r.uvar(d.original_partition) && r.uvar(d.original_offset) &&
+          r.svarint(d.attempts) && r.str(d.last_error) && r.svarint(d.routed_at_ms)))
+      return corrupt("message dlq");
+    m.dlq = std::move(d);
+  }
+  return m;
+}
+
+std::string encode(const delivery_record& r) {
+  writer w;
+  w.byte(static_cast<std::uint8_t>(r.state));
+  w.str(r.owner);
+  w.svarint(r.attempts);
+  w.svarint(r.lease_deadline_ms);
+  w.svarint(r.not_before_ms);
+  w.str(r.last_error);
+  return w.take();
+}
+
+result<delivery_record> decode_delivery(std::string_view v) {
+  reader r(v);
+  delivery_record d;
+  std::uint8_t st = 0;
+  if (!(r.version() && r.byte(st) && st <= 3 && r.str(d.owner) && r.svarint(d.attempts) &&
+        r.svarint(d.lease_deadline_ms) && r.svarint(d.not_before_ms) && r.str(d.last_error)))
+    return corrupt("delivery");
+  d.state = static_cast<delivery_state>(st);
+  return d;
+}
+
+std::string encode(const key_record& r) {
+  writer w(r.expires_at_ms);
+  w.byte(static_cast<std::uint8_t>(r.state));
+  w.str(r.owner);
+  w.varint(r.partition);
+  w.varint(r.offset);
+  w.svarint(r.attempts);
+  w.svarint(r.committed_at_ms);
+  w.str(r.result_json);
+  return w.take();
+}
+
+result<key_record> decode_key(std::string_view v) {
+  reader r(v);
+  key_record k;
+  std::uint64_t exp = 0;
+  std::uint8_t st = 0;
+  if (!(r.fixed64(exp) && r.version() && r.byte(st) && (st == 1 || st == 2) && r.str(k.owner) &&
+        r.uvar(k.partition) && r.uvar(k.offset) && r.svarint(k.attempts) &&
+        r.svarint(k.committed_at_ms) && r.str(k.result_json)))
+    return corrupt("key");
+  k.expires_at_ms = static_cast<millis>(exp);
+  k.state = static_cast<key_state>(st);
+  return k;
+}
+
+std::string encode(const dedup_record& r) {
+  writer w(r.expires_at_ms);
+  w.varint(r.partition);
+  w.varint(r.offset);
+  w.svarint(r.stored_at_ms);
+  return w.take();
+}
+
+result<dedup_record> decode_dedup(std::string_view v) {
+  reader r(v);
+  dedup_record d;
+  std::uint64_t exp = 0;
+  if (!(r.fixed64(exp) && r.version() && r.uvar(d.partition) && r.uvar(d.offset) &&
+        r.svarint(d.stored_at_ms)))
+    return corrupt("dedup");
+  d.expires_at_ms = static_cast<millis>(exp);
+  return d;
+}
+
+std::string encode_u64(std::uint64_t v) {
+  writer w;
+  w.varint(v);
+  return w.take();
+}
+
+result<std::uint64_t> decode_u64(std::string_view v) {
+  reader r(v);
+  std::uint64_t x = 0;
+  if (!(r.version() && r.varint(x))) return corrupt("u64");
+  return x;
+}
+
+}  // namespace onceq::storage

@@ -1,0 +1,183 @@
+#pragma once
+
+// The key layout and record encoding of every key space, shared by all
+// store implementations (see docs/DESIGN.md "RocksDB key layout").
+//
+// Keys use fixed-width big-endian integers so that byte order is numeric
+// order; records use a small versioned binary encoding (codec below).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "storage/base/clock.hpp"
+#include "storage/base/result.hpp"
+#include "storage/batch.hpp"
+
+namespace onceq::storage {
+
+using topic_id = std::uint32_t;
+using group_id = std::uint32_t;
+
+// Per-topic settings (spec/API.md POST /v1/topics). Defaults are the spec's.
+struct topic_settings {
+  millis lease_ms = 30'000;          // Default: 30 s
+  std::int64_t max_attempts = 0;     // Default: 0 = unlimited
+  millis backoff_ms = 0;             // Default: 0 = redeliver at once
+  millis max_backoff_ms = 0;         // Default: 0 = no cap
+  millis key_ttl_ms = 604'800'000;   // Default: 7 days; 0 = forever
+  millis dedup_window_ms = 120'000;  // Default: 2 minutes
+  millis retention_ms = 604'800'000; // Default: 7 days; 0 = no age limit
+  friend bool operator==(const topic_settings&, const topic_settings&) = default;
+};
+
+struct topic_record {
+  topic_id id = 0;
+  std::string name;
+  std::uint32_t partitions = 1;
+  topic_settings settings;
+  millis created_at_ms = 0;
+};
+
+struct group_record {
+  topic_id topic = 0;
+  group_id id = 0;
+  std::string name;
+};
+
+// Where a dead-lettered message came from (envelope.dlq on the wire).
+struct dlq_origin {
+  std::string original_topic;
+  std::uint32_t original_partition = 0;
+  std::uint64_t original_offset = 0;
+  std::int64_t attempts = 0;
+  std::string last_error;
+  millis routed_at_ms = 0;
+};
+
+struct message_record {
+  millis produced_at_ms = 0;
+  millis deliver_at_ms = 0;  // 0: at once (envelope.delay_ms)
+  std::optional<std::string> key;
+  std::string value;
+  std::string envelope_json;  // the envelope as the producer sent it; "" if none
+  std::string idempotency_key;
+  std::string tenant_id;
+  std::int64_t key_ttl_ms = -1;       // -1: the topic's
+  std::int64_t max_attempts = -1;     // -1: the topic's (retry_policy)
+  std::int64_t backoff_ms = -1;       // -1: the topic's
+  std::int64_t max_backoff_ms = -1;   // -1: the topic's
+  std::optional<dlq_origin> dlq;
+};
+
+enum class delivery_state : std::uint8_t {
+  pending = 0,  // delivered before, waiting for redelivery (not_before_ms)
+  leased = 1,   // in flight with owner until lease_deadline_ms
+  acked = 2,    // acked by owner (kept so that a repeated ack is idempotent)
+  dead = 3,     // attempts exhausted; moved to the DLQ
+};
+
+struct delivery_record {
+  delivery_state state = delivery_state::pending;
+  std::string owner;
+  std::int64_t attempts = 0;
+  millis lease_deadline_ms = 0;
+  millis not_before_ms = 0;
+  std::string last_error;
+};
+
+enum class key_state : std::uint8_t { committed = 1, failed = 2 };
+
+// A committed or failed idempotency key. "leased" is not stored here: it is
+// derived from the leased delivery that holds the key.
+struct key_record {
+  millis expires_at_ms = 0;  // 0: never (committed with TTL 0, or failed)
+  key_state state = key_state::committed;
+  std::string owner;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::int64_t attempts = 0;
+  millis committed_at_ms = 0;
+  std::string result_json;  // "" when the ack carried no result
+};
+
+struct dedup_record {
+  millis expires_at_ms = 0;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  millis stored_at_ms = 0;
+};
+
+// Both key_record and dedup_record values start with expires_at_ms as a
+// fixed 8-byte little-endian integer, so that a compaction filter can drop
+// expired entries without decoding the rest. 0 means never.
+millis expires_at_of(std::string_view value) noexcept;
+
+// ---- keys -------------------------------------------------------------
+namespace keys {
+// meta
+std::string topic(std::string_view name);
+std::string topic_prefix();
+std::string group(topic_id t, std::string_view name);
+std::string group_prefix(topic_id t);
+std::string cursor(topic_id t, group_id g, std::uint32_t partition);
+std::string cursor_prefix(topic_id t);
+std::string partition_start(topic_id t, std::uint32_t partition);
+std::string partition_start_prefix(topic_id t);
+std::string next_topic_id();
+// messages
+std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset);
+// deliveries
+std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset);
+// keys
+std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key);
+// dedup
+std::string dedup(topic_id t, std::string_view id);
+
+// The smallest key greater than every key that starts with prefix.
+std::string prefix_end(std::string_view prefix);
+
+// [begin, end) of everything of topic t in any key space keyed by topic first.
+std::string topic_begin(topic_id t);
+std::string topic_end(topic_id t);
+// [begin, end) of all deliveries of (t, g).
+std::string group_begin(topic_id t, group_id g);
+std::string group_end(topic_id t, group_id g);
+
+// Decoders for keys that the broker scans.
+struct delivery_key {
+  topic_id topic;
+  group_id group;
+  std::uint32_t partition;
+  std::uint64_t offset;
+};
+result<delivery_key> parse_delivery(std::string_view key);
+struct cursor_key {
+  topic_id topic;
+  group_id group;
+  std::uint32_t partition;
+};
+result<cursor_key> parse_cursor(std::string_view key);
+result<std::uint64_t> parse_message_offset(std::string_view key);
+result<std::uint32_t> parse_partition_start(std::string_view key);
+}  // namespace keys
+
+// ---- records ----------------------------------------------------------
+std::string encode(const topic_record& r);
+std::string encode(const group_record& r);
+std::string encode(const message_record& r);
+std::string encode(const delivery_record& r);
+std::string encode(const key_record& r);
+std::string encode(const dedup_record& r);
+std::string encode_u64(std::uint64_t v);
+
+result<topic_record> decode_topic(std::string_view v);
+result<group_record> decode_group(std::string_view v);
+result<message_record> decode_message(std::string_view v);
+result<delivery_record> decode_delivery(std::string_view v);
+result<key_record> decode_key(std::string_view v);
+result<dedup_record> decode_dedup(std::string_view v);
+result<std::uint64_t> decode_u64(std::string_view v);
+
+}  // namespace onceq::storage

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "storage/base/result.hpp"
+#include "storage/batch.hpp"
+
+namespace onceq::storage {
+
+// The broker's view of durable state: raw ordered key spaces plus a
+// durability barrier. The domain encoding of keys and records lives in
+// storage/schema.hpp, shared by every implementation.
+//
+// Threading: write, get and scan are called from one thread at a time (the
+// broker's core thread). when_durable may be called from that same thread;
+// its callback may run on another thread (the syncer).
+class store {
+ public:
+  virtual ~store() = default;
+
+  // Applies b atomically. The change is visible to get/scan as soon as this
+  // returns, and durable (per the fsync policy) once a when_durable callback
+  // registered after this call has run with success. An error means nothing
+  // of b was applied and the store may refuse further writes (errc::unavailable).
+  virtual result<void> write(const batch& b) = 0;
+
+  // The value at key, or errc::not_found.
+  virtual result<std::string> get(column c, std::string_view key) = 0;
+
+  // Calls fn(key, value) for every key in [begin, end) in order, until fn
+  // returns false.
+  using visitor = std::function<bool(std::string_view key, std::string_view value)>;
+  virtual result<void> scan(column c, std::string_view begin, std::string_view end,
+                            const visitor& fn) = 0;
+
+  // The last key in [begin, end), or errc::not_found.
+  virtual result<std::string> last_key(column c, std::string_view begin,
+                                       std::string_view end) = 0;
+
+  // Calls done once every write that returned before this call is durable
+  // under the fsync policy (at once when the policy does not wait). Callbacks
+  // run in registration order. done must not block.
+  virtual void when_durable(std::function<void(result<void>)> done) = 0;
+};
+
+}  // namespace onceq::storage
