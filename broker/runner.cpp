@@ -1,0 +1,213 @@
+#include "broker/runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+namespace onceq {
+
+namespace {
+using steady = std::chrono::steady_clock;
+// Longest the core sleeps without a deadline: bounds how late a manual or
+// adjusted clock is noticed.
+constexpr auto k_idle_wait = std::chrono::milliseconds(200);
+}  // namespace
+
+struct runner::waiter {
+  consume_cmd cmd;
+  steady::time_point deadline;
+  std::function<void(result<std::vector<delivery>>)> done;
+};
+
+struct runner::key_waiter {
+  key_query q;
+  steady::time_point deadline;
+  std::function<void(result<key_info>)> done;
+};
+
+runner::runner(broker& b, storage::store& store, const clock& time, runner_options opts)
+    : broker_(b), store_(store), clock_(time), opts_(opts) {}
+
+runner::~runner() { stop(); }
+
+void runner::start() {
+  std::lock_guard lk(mu_);
+  if (started_) return;
+  started_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void runner::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Anything queued after the loop ended.
+  std::deque<std::pair<job, reject>> rest;
+  {
+    std::lock_guard lk(mu_);
+    rest.swap(queue_);
+  }
+  for (auto& [j, r] : rest) r(make_error(errc::unavailable, "server is shutting down"));
+}
+
+std::size_t runner::queue_depth() const {
+  std::lock_guard lk(mu_);
+  return queue_.size();
+}
+
+void runner::post_job(job j, reject r) {
+  {
+    std::unique_lock lk(mu_);
+    if (stopping_ || !started_) {
+      lk.unlock();
+      r(make_error(errc::unavailable, "server is shutting down"));
+      return;
+    }
+    if (queue_.size() >= opts_.max_queue) {
+      lk.unlock();
+      r(make_error(errc::resource_exhausted, "too many requests waiting for the broker"));
+      return;
+    }
+    queue_.emplace_back(std::move(j), std::move(r));
+  }
+  cv_.notify_one();
+}
+
+namespace {
+// Answers a consume after its delivery records are durable.
+void answer_durable(storage::store& store, result<std::vector<delivery>> r,
+                    std::function<void(result<std::vector<delivery>>)> done) {
+  if (!r.ok() || r->empty()) {
+    done(std::move(r));
+    return;
+  }
+  auto holder = std::make_shared<result<std::vector<delivery>>>(std::move(r));
+  auto d = std::make_shared<std::function<void(result<std::vector<delivery>>)>>(std::move(done));
+  store.when_durable([holder, d](result<void> durable) {
+    if (!durable.ok()) {
+      (*d)(std::move(durable).err());
+    } else {
+      (*d)(std::move(*holder));
+    }
+  });
+}
+}  // namespace
+
+void runner::consume(consume_cmd cmd, millis wait_ms,
+                     std::function<void(result<std::vector<delivery>>)> done) {
+  wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
+  auto w = std::make_shared<waiter>(
+      waiter{std::move(cmd), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
+  auto rej = [w](error e) { w->done(std::move(e)); };
+  post_job(
+      [this, w, wait_ms](broker& b, storage::store& s) {
+        auto r = b.consume(w->cmd);
+        if (r.ok() && r->empty() && wait_ms > 0) {
+          waiters_.push_back(w);
+          return;
+        }
+        answer_durable(s, std::move(r), std::move(w->done));
+      },
+      std::move(rej));
+}
+
+void runner::wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done) {
+  wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
+  auto w = std::make_shared<key_waiter>(
+      key_waiter{std::move(q), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
+  auto rej = [w](error e) { w->done(std::move(e)); };
+  post_job(
+      [this, w, wait_ms](broker& b, storage::store&) {
+        auto r = b.get_key(w->q);
+        if (r.ok() && r->st != key_info::state::committed && wait_ms > 0) {
+          key_waiters_.push_back(w);
+          return;
+        }
+        w->done(std::move(r));
+      },
+      std::move(rej));
+}
+
+void runner::loop() {
+  std::deque<std::pair<job, reject>> local;
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      auto wake = steady::now() + k_idle_wait;
+      if (auto d = broker_.next_deadline()) {
+        auto in = std::max<millis>(0, *d - clock_.now_ms());
+        wake = std::min(wake, steady::now() + std::chrono::milliseconds(in));
+      }
+      for (const auto& w : waiters_) wake = std::min(wake, w->deadline);
+      for (const auto& w : key_waiters_) wake = std::min(wake, w->deadline);
+      cv_.wait_until(lk, wake, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      local.swap(queue_);
+    }
+    for (auto& [j, r] : local) j(broker_, store_);
+    local.clear();
+    broker_.tick();
+
+    auto now = steady::now();
+    // Parked consumers: try again where their topic got messages, answer
+    // empty where their wait ran out.
+    auto ready = broker_.take_ready_topics();
+    if (!waiters_.empty()) {
+      std::unordered_set<std::string> ready_set(ready.begin(), ready.end());
+      std::vector<std::shared_ptr<waiter>> keep;
+      for (auto& w : waiters_) {
+        if (ready_set.count(w->cmd.topic)) {
+          auto r = broker_.consume(w->cmd);
+          if (!r.ok() || !r->empty()) {
+            answer_durable(store_, std::move(r), std::move(w->done));
+            continue;
+          }
+        }
+        if (w->deadline <= now) {
+          w->done(std::vector<delivery>{});
+          continue;
+        }
+        keep.push_back(std::move(w));
+      }
+      waiters_.swap(keep);
+      // Consumes above may have made more topics ready; they are picked up
+      // on the next round.
+    }
+    auto committed = broker_.take_committed_keys();
+    if (!key_waiters_.empty()) {
+      std::vector<std::shared_ptr<key_waiter>> keep;
+      for (auto& w : key_waiters_) {
+        bool check = !committed.empty();
+        if (check || w->deadline <= now) {
+          auto r = broker_.get_key(w->q);
+          if (!r.ok() || r->st == key_info::state::committed || w->deadline <= now) {
+            // A committed key is durable once the ack that committed it is.
+            auto holder = std::make_shared<result<key_info>>(std::move(r));
+            auto done = std::make_shared<std::function<void(result<key_info>)>>(std::move(w->done));
+            store_.when_durable([holder, done](result<void>) { (*done)(std::move(*holder)); });
+            continue;
+          }
+        }
+        keep.push_back(std::move(w));
+      }
+      key_waiters_.swap(keep);
+    }
+  }
+  // Shutting down: run what is queued (its answers are still owed), then
+  // release parked waiters with what they have.
+  {
+    std::lock_guard lk(mu_);
+    local.swap(queue_);
+  }
+  for (auto& [j, r] : local) j(broker_, store_);
+  for (auto& w : waiters_) w->done(std::vector<delivery>{});
+  for (auto& w : key_waiters_) w->done(broker_.get_key(w->q));
+  waiters_.clear();
+  key_waiters_.clear();
+}
+
+}  // namespace onceq

@@ -1,0 +1,67 @@
+#include "broker/validation.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace onceq {
+
+result<void> validate_topic_name(std::string_view name) {
+  if (name.empty() || name.size() > k_max_name_bytes)
+    return make_error(errc::invalid_argument, "topic name must be 1..200 characters");
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return make_error(errc::invalid_argument,
+                        "topic name may contain only letters, digits, '.', '_' and '-'");
+  }
+  return {};
+}
+
+result<void> validate_label(std::string_view what, std::string_view value) {
+  if (value.empty() || value.size() > k_max_name_bytes)
+    return make_error(errc::invalid_argument, fmt::format("{} must be 1..200 bytes", what));
+  return {};
+}
+
+result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo,
+                            std::int64_t hi) {
+  if (v < lo || v > hi)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{} must be between {} and {}, got {}", field, lo, hi, v));
+  return {};
+}
+
+result<void> validate_settings(const topic_settings& s) {
+  constexpr auto k_max = std::numeric_limits<std::int64_t>::max() / 4;
+  ONCEQ_TRY(validate_range("lease_ms", s.lease_ms, 1, k_max));
+  ONCEQ_TRY(validate_range("max_attempts", s.max_attempts, 0, 1'000'000));
+  ONCEQ_TRY(validate_range("backoff_ms", s.backoff_ms, 0, k_max));
+  ONCEQ_TRY(validate_range("max_backoff_ms", s.max_backoff_ms, 0, k_max));
+  ONCEQ_TRY(validate_range("key_ttl_ms", s.key_ttl_ms, 0, k_max));
+  ONCEQ_TRY(validate_range("dedup_window_ms", s.dedup_window_ms, 0, k_max));
+  ONCEQ_TRY(validate_range("retention_ms", s.retention_ms, 0, k_max));
+  return {};
+}
+
+millis retry_delay(std::int64_t attempts, millis backoff_ms, millis max_backoff_ms) {
+  if (backoff_ms <= 0) return 0;
+  constexpr millis k_ceiling = std::numeric_limits<millis>::max() / 4;
+  millis d = backoff_ms;
+  for (std::int64_t i = 1; i < attempts && d < k_ceiling; ++i) d *= 2;
+  if (d > k_ceiling) d = k_ceiling;
+  if (max_backoff_ms > 0 && d > max_backoff_ms) d = max_backoff_ms;
+  return d;
+}
+
+std::uint64_t partition_hash(std::string_view key) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : key) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace onceq

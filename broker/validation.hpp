@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "broker/commands.hpp"
+#include "storage/base/result.hpp"
+
+namespace onceq {
+
+// Domain rules for names and numbers, shared by every command. The HTTP edge
+// checks JSON types; these check values.
+inline constexpr std::size_t k_max_name_bytes = 200;
+
+// Topic names: [A-Za-z0-9._-]{1,200}.
+result<void> validate_topic_name(std::string_view name);
+// Group and owner: 1..200 bytes.
+result<void> validate_label(std::string_view what, std::string_view value);
+// Every setting >= 0, lease_ms > 0.
+result<void> validate_settings(const topic_settings& s);
+// A value within [lo, hi]; the message names the field.
+result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo, std::int64_t hi);
+
+// min(backoff_ms * 2^(attempts-1), max_backoff_ms), saturating; max 0 = no cap.
+millis retry_delay(std::int64_t attempts, millis backoff_ms, millis max_backoff_ms);
+
+// Stable partitioning hash (FNV-1a 64): the same key maps to the same
+// partition across restarts and builds.
+std::uint64_t partition_hash(std::string_view key) noexcept;
+
+}  // namespace onceq

@@ -1,0 +1,285 @@
+// Topics, partitions, groups, leases and fencing (issue: the broker core).
+#include "broker/validation.hpp"
+#include "tests/unit/broker/broker_test_support.hpp"
+
+namespace onceq::testing {
+namespace {
+
+TEST_F(BrokerTest, CreateTopicIsIdempotentOnSameSettingsAndConflictsOtherwise) {
+  create("orders", 3);
+  auto again = b().create_topic(create_topic_cmd{"orders", 3, {}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created);
+  auto other = b().create_topic(create_topic_cmd{"orders", 4, {}});
+  EXPECT_EQ(other.code(), errc::already_exists);
+  topic_settings s;
+  s.lease_ms = 5;
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"orders", 3, s}).code(), errc::already_exists);
+  EXPECT_EQ(b().list_topics(), std::vector<std::string>{"orders"});
+}
+
+TEST_F(BrokerTest, CreateTopicRejectsBadInputAndChangesNothing) {
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"", 1, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"a b", 1, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().create_topic(create_topic_cmd{std::string(201, 'a'), 1, {}}).code(),
+            errc::invalid_argument);
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"t", 0, {}}).code(), errc::invalid_argument);
+  topic_settings s;
+  s.lease_ms = 0;
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"t", 1, s}).code(), errc::invalid_argument);
+  s = {};
+  s.backoff_ms = -1;
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"t", 1, s}).code(), errc::invalid_argument);
+  EXPECT_TRUE(b().list_topics().empty());
+  EXPECT_EQ(store_.writes(), 0u);
+}
+
+TEST_F(BrokerTest, ProduceToUnknownTopicIs400AndUnknownTopicUrlIs404) {
+  message_in m = msg("x");
+  EXPECT_EQ(b().produce(produce_cmd{"nope", {m}, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().consume(consume_cmd{"nope", "g", "o", {}, 1}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().get_topic("nope").code(), errc::not_found);
+  EXPECT_EQ(b().delete_topic("nope").code(), errc::not_found);
+}
+
+TEST_F(BrokerTest, PartitionIsOverrideElseKeyHashElseZero) {
+  create("t", 4);
+  auto m = msg("v");
+  m.partition_override = 2;
+  EXPECT_EQ(produce("t", m).partition, 2u);
+  m = msg("v");
+  m.key = "customer-17";
+  auto expected = static_cast<std::uint32_t>(partition_hash("customer-17") % 4);
+  EXPECT_EQ(produce("t", m).partition, expected);
+  EXPECT_EQ(produce("t", m).partition, expected);
+  EXPECT_EQ(produce("t", msg("no key")).partition, 0u);
+  m = msg("v");
+  m.partition_override = 4;
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::invalid_argument);
+}
+
+TEST_F(BrokerTest, OffsetsIncreaseAndAGroupReadsInOffsetOrder) {
+  create("t");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(produce("t", "m" + std::to_string(i)).offset, i);
+  auto got = consume("t", "g", "a", 3);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].offset, static_cast<std::uint64_t>(i));
+    EXPECT_EQ(got[i].value, "m" + std::to_string(i));
+    EXPECT_EQ(got[i].attempts, 1);
+    EXPECT_EQ(got[i].last_error, "");
+  }
+  auto rest = consume("t", "g", "b", 10);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].offset, 3u);
+  EXPECT_EQ(rest[1].offset, 4u);
+}
+
+TEST_F(BrokerTest, BatchProduceIsAtomic) {
+  create("t", 2);
+  auto good = msg("ok");
+  auto bad = msg("");
+  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}}).code(), errc::invalid_argument);
+  EXPECT_TRUE(consume("t", "g", "a").empty());
+  auto r = b().produce(produce_cmd{"t", {good, good, good}, {}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->results.size(), 3u);
+  EXPECT_EQ(consume("t", "g", "a").size(), 3u);
+}
+
+TEST_F(BrokerTest, ProduceAfterDeadlineIsRejected) {
+  create("t");
+  auto m = msg("late");
+  m.deadline_ms = clock_.now_ms() - 1;
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::invalid_argument);
+  m.deadline_ms = clock_.now_ms() + 1000;
+  EXPECT_TRUE(b().produce(produce_cmd{"t", {m}, {}}).ok());
+}
+
+TEST_F(BrokerTest, GroupsFanOutAndInsideAGroupOneConsumerAtATime) {
+  create("t");
+  produce("t", "x");
+  auto a = consume("t", "g1", "a");
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_TRUE(consume("t", "g1", "b").empty()) << "leased to a";
+  auto other = consume("t", "g2", "c");
+  ASSERT_EQ(other.size(), 1u) << "every group sees every message";
+  EXPECT_EQ(other[0].offset, a[0].offset);
+}
+
+TEST_F(BrokerTest, UnackedDeliveryIsRedeliveredAfterLeaseWithAttemptsPlusOne) {
+  create("t");
+  produce("t", "x");
+  auto first = consume("t", "g", "a", 1, 1000);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].lease_expires_at_ms, clock_.now_ms() + 1000);
+  advance(999);
+  EXPECT_TRUE(consume("t", "g", "b").empty());
+  advance(1);
+  auto second = consume("t", "g", "b");
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].attempts, 2);
+  EXPECT_EQ(second[0].last_error, "lease_expired");
+  auto s = stats("t", "g");
+  EXPECT_EQ(s.lease_expired, 1u);
+  EXPECT_EQ(s.redelivered, 1u);
+  EXPECT_EQ(s.delivered, 2u);
+}
+
+TEST_F(BrokerTest, NackRedeliversAfterDelayWithReason) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a");
+  ASSERT_TRUE(nack(d[0], "g", "a", 500, "boom").ok());
+  EXPECT_TRUE(consume("t", "g", "a").empty());
+  advance(499);
+  EXPECT_TRUE(consume("t", "g", "a").empty());
+  advance(1);
+  auto again = consume("t", "g", "a");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempts, 2);
+  EXPECT_EQ(again[0].last_error, "boom");
+  EXPECT_EQ(stats("t", "g").nacked, 1u);
+}
+
+TEST_F(BrokerTest, NackedMessageDoesNotBlockItsPartition) {
+  create("t");
+  produce("t", "first");
+  produce("t", "second");
+  auto d = consume("t", "g", "a", 1);
+  ASSERT_TRUE(nack(d[0], "g", "a", 10'000).ok());
+  auto next = consume("t", "g", "a", 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].value, "second");
+}
+
+TEST_F(BrokerTest, ExtendPushesTheDeadline) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a", 1, 1000);
+  advance(900);
+  auto r = b().extend(extend_cmd{ref(d[0], "g", "a"), 1000});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, clock_.now_ms() + 1000);
+  advance(500);  // past the original deadline
+  EXPECT_TRUE(consume("t", "g", "b").empty());
+  EXPECT_TRUE(ack(d[0], "g", "a").ok());
+  EXPECT_EQ(b().extend(extend_cmd{ref(d[0], "g", "a"), 1000}).code(), errc::failed_precondition);
+}
+
+TEST_F(BrokerTest, AckFencing) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a", 1, 1000);
+  // Not the owner.
+  EXPECT_EQ(ack(d[0], "g", "b").code(), errc::failed_precondition);
+  // Stale attempts.
+  EXPECT_EQ(ack(d[0], "g", "a", {}, 2).code(), errc::failed_precondition);
+  // Redelivered to b: a's ack is rejected, b's accepted.
+  advance(1000);
+  auto d2 = consume("t", "g", "b");
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_EQ(ack(d[0], "g", "a").code(), errc::failed_precondition);
+  EXPECT_EQ(ack(d2[0], "g", "b", {}, 1).code(), errc::failed_precondition);
+  EXPECT_TRUE(ack(d2[0], "g", "b", {}, 2).ok());
+  // Repeated successful ack: idempotent. Someone else's: still rejected.
+  EXPECT_TRUE(ack(d2[0], "g", "b").ok());
+  EXPECT_TRUE(ack(d2[0], "g", "b", {}, 2).ok());
+  EXPECT_EQ(ack(d2[0], "g", "a").code(), errc::failed_precondition);
+  EXPECT_EQ(stats("t", "g").acked, 1u);
+  EXPECT_GE(stats("t", "g").stale_acks_rejected, 4u);
+}
+
+TEST_F(BrokerTest, AckOfNeverDeliveredMessageIs409AndChangesNothing) {
+  create("t");
+  produce("t", "x");
+  delivery fake;
+  fake.topic = "t";
+  EXPECT_EQ(ack(fake, "g", "a").code(), errc::failed_precondition);
+  consume("t", "other", "z");
+  EXPECT_EQ(ack(fake, "g", "a").code(), errc::failed_precondition);
+  auto d = consume("t", "g", "a");
+  ASSERT_EQ(d.size(), 1u) << "the rejected ack did not consume the message";
+  EXPECT_EQ(d[0].attempts, 1);
+}
+
+TEST_F(BrokerTest, AckAfterLapseIsAcceptedIfNobodyReceivedItSince) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a", 1, 100);
+  advance(200);
+  EXPECT_TRUE(ack(d[0], "g", "a").ok());
+  EXPECT_TRUE(consume("t", "g", "b").empty()) << "acked: never delivered again";
+}
+
+TEST_F(BrokerTest, NackAndExtendByNonOwnerAre409) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a");
+  EXPECT_EQ(nack(d[0], "g", "b").code(), errc::failed_precondition);
+  EXPECT_EQ(b().extend(extend_cmd{ref(d[0], "g", "b"), 100}).code(), errc::failed_precondition);
+  EXPECT_TRUE(consume("t", "g", "b").empty()) << "still leased to a";
+}
+
+TEST_F(BrokerTest, AckBatchReportsEachAck) {
+  create("t");
+  produce("t", "x");
+  produce("t", "y");
+  auto d = consume("t", "g", "a", 2);
+  ack_batch_cmd cmd{"t", "g", "a",
+                    {ack_item{0, d[0].offset, {}, {}}, ack_item{0, 99, {}, {}},
+                     ack_item{0, d[1].offset, 7, {}}}};
+  auto r = b().ack_batch(cmd);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].code, errc::ok);
+  EXPECT_EQ((*r)[1].code, errc::failed_precondition);
+  EXPECT_EQ((*r)[2].code, errc::failed_precondition);
+}
+
+TEST_F(BrokerTest, StatsCountBacklogAndInflight) {
+  create("t", 2);
+  for (int i = 0; i < 6; ++i) produce("t", "m");
+  consume("t", "g", "a", 2);
+  auto s = stats("t", "g");
+  EXPECT_EQ(s.inflight, 2u);
+  EXPECT_EQ(s.backlog, 4u);
+}
+
+TEST_F(BrokerTest, DeleteTopicRemovesItsData) {
+  create("t");
+  produce("t", "x");
+  consume("t", "g", "a");
+  ASSERT_TRUE(b().delete_topic("t").ok());
+  EXPECT_TRUE(b().list_topics().empty());
+  EXPECT_EQ(store_.count(storage::column::messages), 0u);
+  EXPECT_EQ(store_.count(storage::column::deliveries), 0u);
+  create("t");
+  EXPECT_TRUE(consume("t", "g", "a").empty()) << "a new topic of the same name starts empty";
+}
+
+TEST_F(BrokerTest, StorageFailureAnswersUnavailable) {
+  create("t");
+  store_.fail_writes(true);
+  message_in m = msg("x");
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::unavailable);
+  EXPECT_EQ(b().consume(consume_cmd{"t", "g", "o", {}, 1}).code(), errc::unavailable);
+}
+
+TEST_F(BrokerTest, RoundRobinAcrossPartitions) {
+  create("t", 3);
+  for (std::int64_t p = 0; p < 3; ++p)
+    for (int i = 0; i < 3; ++i) {
+      auto m = msg("v");
+      m.partition_override = p;
+      produce("t", m);
+    }
+  auto got = consume("t", "g", "a", 3);
+  ASSERT_EQ(got.size(), 3u);
+  std::set<std::uint32_t> parts;
+  for (auto& d : got) parts.insert(d.partition);
+  EXPECT_EQ(parts.size(), 3u);
+}
+
+}  // namespace
+}  // namespace onceq::testing

@@ -1,0 +1,125 @@
+// The runner with a real thread: answers after durability, long-poll
+// waiters woken by produce, key waiters woken by ack, shutdown.
+#include "broker/runner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+
+#include "storage/memory_store.hpp"
+
+namespace onceq {
+namespace {
+
+using namespace std::chrono_literals;
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  RunnerTest() : broker_(store_, clock_), runner_(broker_, store_, clock_) {
+    EXPECT_TRUE(broker_.recover().ok());
+    runner_.start();
+    auto created = call<topic_created>([](broker& b) { return b.create_topic({"t", 1, {}}); });
+    EXPECT_TRUE(created.ok());
+  }
+
+  template <class T>
+  result<T> call(std::function<result<T>(broker&)> fn) {
+    std::promise<result<T>> p;
+    auto f = p.get_future();
+    runner_.execute<T>(std::move(fn), [&p](result<T> r) { p.set_value(std::move(r)); });
+    return f.get();
+  }
+
+  result<produce_reply> produce(std::string value, std::string idem = {}) {
+    return call<produce_reply>([value, idem](broker& b) {
+      message_in m;
+      m.value = value;
+      m.idempotency_key = idem;
+      return b.produce(produce_cmd{"t", {m}, {}});
+    });
+  }
+
+  system_clock clock_;
+  storage::memory_store store_;
+  broker broker_;
+  runner runner_;
+};
+
+TEST_F(RunnerTest, LongPollIsWokenByProduce) {
+  std::promise<result<std::vector<delivery>>> p;
+  auto f = p.get_future();
+  auto start = std::chrono::steady_clock::now();
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 10'000,
+                  [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+  EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout) << "nothing to deliver yet";
+  ASSERT_TRUE(produce("hello").ok());
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  auto r = f.get();
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].value, "hello");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST_F(RunnerTest, LongPollTimesOutEmpty) {
+  std::promise<result<std::vector<delivery>>> p;
+  auto f = p.get_future();
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 50,
+                  [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  auto r = f.get();
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->empty());
+}
+
+TEST_F(RunnerTest, BadConsumeAnswersErrorWithoutWaiting) {
+  std::promise<result<std::vector<delivery>>> p;
+  auto f = p.get_future();
+  runner_.consume(consume_cmd{"missing", "g", "o", {}, 10}, 10'000,
+                  [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(f.get().code(), errc::invalid_argument);
+}
+
+TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
+  ASSERT_TRUE(produce("charge", "order-9").ok());
+  std::promise<result<std::vector<delivery>>> cp;
+  runner_.consume(consume_cmd{"t", "g", "a", {}, 1}, 0,
+                  [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
+  auto got = cp.get_future().get();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+
+  std::promise<result<key_info>> kp;
+  auto kf = kp.get_future();
+  runner_.wait_key(key_query{"t", "g", "order-9", {}}, 10'000,
+                   [&kp](result<key_info> r) { kp.set_value(std::move(r)); });
+  EXPECT_EQ(kf.wait_for(100ms), std::future_status::timeout) << "still leased";
+  auto d = (*got)[0];
+  auto acked = call<bool>([d](broker& b) -> result<bool> {
+    ONCEQ_TRY(b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}}, R"({"id":1})"}));
+    return true;
+  });
+  ASSERT_TRUE(acked.ok());
+  ASSERT_EQ(kf.wait_for(5s), std::future_status::ready);
+  auto k = kf.get();
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->st, key_info::state::committed);
+  EXPECT_EQ(k->result_json, R"({"id":1})");
+}
+
+TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
+  std::promise<result<std::vector<delivery>>> p;
+  auto f = p.get_future();
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 60'000,
+                  [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+  std::this_thread::sleep_for(50ms);
+  runner_.stop();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(f.get().ok());
+  EXPECT_EQ(produce("late").code(), errc::unavailable);
+}
+
+}  // namespace
+}  // namespace onceq
