@@ -10,7 +10,7 @@ result<void> memory_store::write(const batch& b) {
       case batch::kind::put: m.insert_or_assign(op.key, op.value); break;
       case batch::kind::del: m.erase(op.key); break;
       case batch::kind::del_range:
-        m.erase(m.lower_bound(op.key), m.lower_bound(op.value));
+        if (op.key < op.value) m.erase(m.lower_bound(op.key), m.lower_bound(op.value));
         break;
     }
   }

@@ -153,7 +153,11 @@ std::string prefix_end(std::string_view prefix) {
   return std::string(1, '\xff');  // unreachable for our prefixes
 }
 
-std::string topic(std::string_view name) { return std::string("t") + std::string(name); }
+std::string topic(std::string_view name) {
+  std::string k(1, 't');
+  k.append(name);
+  return k;
+}
 std::string topic_prefix() { return "t"; }
 std::string group(topic_id t, std::string_view name) { return with_prefix('g', t).append(name); }
 std::string group_prefix(topic_id t) { return with_prefix('g', t); }

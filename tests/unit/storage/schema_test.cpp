@@ -1,0 +1,349 @@
+#include "storage/schema.hpp"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace onceq::storage {
+namespace {
+
+// Every proper prefix of a valid encoding, plus a wrong version byte, must
+// decode to an error, never crash or succeed.
+template <class Decode>
+void expect_rejects_truncations(const std::string& encoded, Decode decode) {
+  for (std::size_t n = 0; n < encoded.size(); ++n) {
+    auto r = decode(std::string_view(encoded).substr(0, n));
+    EXPECT_FALSE(r.ok()) << "prefix of length " << n << " decoded";
+    EXPECT_EQ(r.code(), errc::internal);
+  }
+}
+
+// ---- records ----------------------------------------------------------
+
+TEST(schema, topic_round_trip) {
+  topic_record t;
+  t.id = 7;
+  t.name = "orders.eu";
+  t.partitions = 12;
+  t.settings.lease_ms = 5'000;
+  t.settings.max_attempts = 3;
+  t.settings.backoff_ms = 250;
+  t.settings.max_backoff_ms = 60'000;
+  t.settings.key_ttl_ms = 0;
+  t.settings.dedup_window_ms = 1;
+  t.settings.retention_ms = 0;
+  t.created_at_ms = 1'700'000'000'123;
+
+  auto r = decode_topic(encode(t));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->id, t.id);
+  EXPECT_EQ(r->name, t.name);
+  EXPECT_EQ(r->partitions, t.partitions);
+  EXPECT_EQ(r->settings, t.settings);
+  EXPECT_EQ(r->created_at_ms, t.created_at_ms);
+  expect_rejects_truncations(encode(t), decode_topic);
+}
+
+TEST(schema, topic_defaults_round_trip) {
+  topic_record t;
+  auto r = decode_topic(encode(t));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->settings, topic_settings{});
+  EXPECT_EQ(r->name, "");
+}
+
+TEST(schema, group_round_trip) {
+  group_record g{3, 9, "billing"};
+  auto r = decode_group(encode(g));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->topic, 3u);
+  EXPECT_EQ(r->id, 9u);
+  EXPECT_EQ(r->name, "billing");
+  expect_rejects_truncations(encode(g), decode_group);
+}
+
+message_record full_message() {
+  message_record m;
+  m.produced_at_ms = 1'700'000'000'000;
+  m.deliver_at_ms = 1'700'000'005'000;
+  m.key = std::string("user-42");
+  m.value = std::string("{\"a\":1}\0binary\xff", 15);
+  m.envelope_json = R"({"value":{"a":1}})";
+  m.idempotency_key = "charge-1";
+  m.tenant_id = "acme";
+  m.key_ttl_ms = 0;
+  m.max_attempts = 5;
+  m.backoff_ms = 100;
+  m.max_backoff_ms = 10'000;
+  m.dlq = dlq_origin{"orders", 3, 123'456'789'012ull, 5, "timeout", 1'700'000'009'999};
+  return m;
+}
+
+TEST(schema, message_round_trip_with_every_field) {
+  const message_record m = full_message();
+  auto r = decode_message(encode(m));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->produced_at_ms, m.produced_at_ms);
+  EXPECT_EQ(r->deliver_at_ms, m.deliver_at_ms);
+  ASSERT_TRUE(r->key.has_value());
+  EXPECT_EQ(*r->key, "user-42");
+  EXPECT_EQ(r->value, m.value);
+  EXPECT_EQ(r->envelope_json, m.envelope_json);
+  EXPECT_EQ(r->idempotency_key, m.idempotency_key);
+  EXPECT_EQ(r->tenant_id, m.tenant_id);
+  EXPECT_EQ(r->key_ttl_ms, 0);
+  EXPECT_EQ(r->max_attempts, 5);
+  EXPECT_EQ(r->backoff_ms, 100);
+  EXPECT_EQ(r->max_backoff_ms, 10'000);
+  ASSERT_TRUE(r->dlq.has_value());
+  EXPECT_EQ(r->dlq->original_topic, "orders");
+  EXPECT_EQ(r->dlq->original_partition, 3u);
+  EXPECT_EQ(r->dlq->original_offset, 123'456'789'012ull);
+  EXPECT_EQ(r->dlq->attempts, 5);
+  EXPECT_EQ(r->dlq->last_error, "timeout");
+  EXPECT_EQ(r->dlq->routed_at_ms, 1'700'000'009'999);
+  expect_rejects_truncations(encode(m), decode_message);
+}
+
+TEST(schema, message_round_trip_with_unset_fields) {
+  message_record m;  // no key, no dlq, -1 "the topic's" overrides
+  m.value = "v";
+  auto r = decode_message(encode(m));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->key.has_value());
+  EXPECT_FALSE(r->dlq.has_value());
+  EXPECT_EQ(r->key_ttl_ms, -1);
+  EXPECT_EQ(r->max_attempts, -1);
+  EXPECT_EQ(r->backoff_ms, -1);
+  EXPECT_EQ(r->max_backoff_ms, -1);
+  EXPECT_EQ(r->value, "v");
+  EXPECT_EQ(r->envelope_json, "");
+}
+
+TEST(schema, message_empty_key_differs_from_no_key) {
+  message_record m;
+  m.key = std::string();
+  auto r = decode_message(encode(m));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->key.has_value());
+  EXPECT_EQ(*r->key, "");
+}
+
+TEST(schema, signed_extremes_round_trip) {
+  message_record m;
+  m.produced_at_ms = std::numeric_limits<std::int64_t>::max();
+  m.deliver_at_ms = std::numeric_limits<std::int64_t>::min();
+  m.key_ttl_ms = -2;
+  auto r = decode_message(encode(m));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->produced_at_ms, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(r->deliver_at_ms, std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(r->key_ttl_ms, -2);
+}
+
+TEST(schema, delivery_round_trip_every_state) {
+  for (auto st : {delivery_state::pending, delivery_state::leased, delivery_state::acked,
+                  delivery_state::dead}) {
+    delivery_record d{st, "worker-1", 4, 1'700'000'030'000, 1'700'000'001'000, "boom"};
+    auto r = decode_delivery(encode(d));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->state, st);
+    EXPECT_EQ(r->owner, "worker-1");
+    EXPECT_EQ(r->attempts, 4);
+    EXPECT_EQ(r->lease_deadline_ms, 1'700'000'030'000);
+    EXPECT_EQ(r->not_before_ms, 1'700'000'001'000);
+    EXPECT_EQ(r->last_error, "boom");
+  }
+  expect_rejects_truncations(encode(delivery_record{}), decode_delivery);
+}
+
+TEST(schema, delivery_rejects_unknown_state) {
+  std::string v = encode(delivery_record{});
+  v[1] = 4;  // [0] is the format version, [1] the state
+  EXPECT_EQ(decode_delivery(v).code(), errc::internal);
+}
+
+TEST(schema, key_round_trip_both_states) {
+  for (auto st : {key_state::committed, key_state::failed}) {
+    key_record k;
+    k.expires_at_ms = st == key_state::committed ? 1'700'604'800'000 : 0;
+    k.state = st;
+    k.owner = "worker-2";
+    k.partition = 5;
+    k.offset = 99;
+    k.attempts = 2;
+    k.committed_at_ms = 1'700'000'000'000;
+    k.result_json = R"({"charged":true})";
+    auto r = decode_key(encode(k));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->expires_at_ms, k.expires_at_ms);
+    EXPECT_EQ(r->state, st);
+    EXPECT_EQ(r->owner, k.owner);
+    EXPECT_EQ(r->partition, 5u);
+    EXPECT_EQ(r->offset, 99u);
+    EXPECT_EQ(r->attempts, 2);
+    EXPECT_EQ(r->committed_at_ms, k.committed_at_ms);
+    EXPECT_EQ(r->result_json, k.result_json);
+    expect_rejects_truncations(encode(k), decode_key);
+  }
+}
+
+TEST(schema, key_rejects_unknown_state) {
+  std::string v = encode(key_record{});
+  v[9] = 0;  // 8 bytes expires_at, the version, then the state
+  EXPECT_EQ(decode_key(v).code(), errc::internal);
+}
+
+TEST(schema, dedup_round_trip) {
+  dedup_record d{1'700'000'120'000, 2, 77, 1'700'000'000'000};
+  auto r = decode_dedup(encode(d));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->expires_at_ms, d.expires_at_ms);
+  EXPECT_EQ(r->partition, 2u);
+  EXPECT_EQ(r->offset, 77u);
+  EXPECT_EQ(r->stored_at_ms, d.stored_at_ms);
+  expect_rejects_truncations(encode(d), decode_dedup);
+}
+
+TEST(schema, u64_round_trip) {
+  for (std::uint64_t v : {0ull, 1ull, 127ull, 128ull, 1ull << 35, ~0ull}) {
+    auto r = decode_u64(encode_u64(v));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, v);
+  }
+  expect_rejects_truncations(encode_u64(~0ull), decode_u64);
+}
+
+TEST(schema, garbage_is_an_error_not_a_crash) {
+  const std::vector<std::string> inputs = {
+      "",
+      std::string(1, '\x02'),                      // unknown format version
+      std::string(64, '\xff'),                     // endless varints
+      std::string("\x01\xff\xff\xff\xff\x0f", 6),  // huge string length
+      std::string(40, '\0'),
+  };
+  for (const auto& in : inputs) {
+    EXPECT_FALSE(decode_topic(in).ok());
+    EXPECT_FALSE(decode_group(in).ok());
+    EXPECT_FALSE(decode_message(in).ok());
+    EXPECT_FALSE(decode_delivery(in).ok());
+    EXPECT_FALSE(decode_key(in).ok());
+    EXPECT_FALSE(decode_dedup(in).ok());
+  }
+  EXPECT_FALSE(decode_u64("").ok());
+  EXPECT_FALSE(decode_u64(std::string(1, '\x02')).ok());
+}
+
+TEST(schema, expires_at_of_reads_key_and_dedup_records) {
+  key_record k;
+  k.expires_at_ms = 1'700'000'000'001;
+  EXPECT_EQ(expires_at_of(encode(k)), 1'700'000'000'001);
+  k.expires_at_ms = 0;
+  EXPECT_EQ(expires_at_of(encode(k)), 0);
+
+  dedup_record d;
+  d.expires_at_ms = 42;
+  EXPECT_EQ(expires_at_of(encode(d)), 42);
+
+  EXPECT_EQ(expires_at_of(""), 0);
+  EXPECT_EQ(expires_at_of("short"), 0);
+}
+
+// ---- keys -------------------------------------------------------------
+
+TEST(schema, message_keys_order_numerically) {
+  EXPECT_LT(keys::message(1, 0, 255), keys::message(1, 0, 256));
+  EXPECT_LT(keys::message(1, 0, 65'535), keys::message(1, 0, 65'536));
+  EXPECT_LT(keys::message(1, 0, ~0ull - 1), keys::message(1, 0, ~0ull));
+  EXPECT_LT(keys::message(1, 0, ~0ull), keys::message(1, 1, 0));
+  EXPECT_LT(keys::message(1, 255, 0), keys::message(1, 256, 0));
+  EXPECT_LT(keys::message(255, 9, 9), keys::message(256, 0, 0));
+}
+
+TEST(schema, delivery_keys_order_numerically) {
+  EXPECT_LT(keys::delivery(1, 2, 3, 255), keys::delivery(1, 2, 3, 256));
+  EXPECT_LT(keys::delivery(1, 2, 3, ~0ull), keys::delivery(1, 2, 4, 0));
+  EXPECT_LT(keys::delivery(1, 255, 0, 0), keys::delivery(1, 256, 0, 0));
+}
+
+TEST(schema, topic_and_group_ranges_contain_exactly_their_keys) {
+  const auto in = keys::delivery(5, 7, 0, 0);
+  const auto in_last = keys::delivery(5, 7, ~0u, ~0ull);
+  EXPECT_LE(keys::group_begin(5, 7), in);
+  EXPECT_LT(in_last, keys::group_end(5, 7));
+  EXPECT_LE(keys::group_end(5, 7), keys::delivery(5, 8, 0, 0));
+  EXPECT_LT(keys::delivery(5, 6, ~0u, ~0ull), keys::group_begin(5, 7));
+
+  EXPECT_LE(keys::topic_begin(5), keys::message(5, 0, 0));
+  EXPECT_LT(keys::message(5, ~0u, ~0ull), keys::topic_end(5));
+  EXPECT_LE(keys::topic_end(5), keys::message(6, 0, 0));
+  EXPECT_LT(keys::dedup(5, "\xff\xff"), keys::topic_end(5));
+  EXPECT_LT(keys::idem_key(5, ~0u, "t", "k"), keys::topic_end(5));
+  EXPECT_LT(keys::message(255, 0, 0), keys::topic_begin(256));
+}
+
+TEST(schema, prefix_end_is_the_least_upper_bound) {
+  EXPECT_EQ(keys::prefix_end("a"), "b");
+  EXPECT_EQ(keys::prefix_end(std::string("a\xff", 2)), "b");
+  const auto p = keys::group_prefix(3);
+  EXPECT_LT(p + std::string(8, '\xff'), keys::prefix_end(p));
+  EXPECT_LT(keys::group(3, "zzz"), keys::prefix_end(keys::group_prefix(3)));
+  EXPECT_GE(keys::group(4, ""), keys::prefix_end(keys::group_prefix(3)));
+}
+
+TEST(schema, idem_keys_do_not_collide_across_tenants) {
+  // The tenant is length-prefixed: ("ab", "c") and ("a", "bc") differ.
+  EXPECT_NE(keys::idem_key(1, 1, "ab", "c"), keys::idem_key(1, 1, "a", "bc"));
+  EXPECT_NE(keys::idem_key(1, 1, "", "k"), keys::idem_key(1, 2, "", "k"));
+}
+
+TEST(schema, meta_keys_have_distinct_prefixes) {
+  EXPECT_TRUE(keys::topic("orders").starts_with(keys::topic_prefix()));
+  EXPECT_TRUE(keys::group(1, "g").starts_with(keys::group_prefix(1)));
+  EXPECT_FALSE(keys::group(2, "g").starts_with(keys::group_prefix(1)));
+  EXPECT_TRUE(keys::cursor(1, 2, 3).starts_with(keys::cursor_prefix(1)));
+  EXPECT_TRUE(keys::partition_start(1, 3).starts_with(keys::partition_start_prefix(1)));
+  EXPECT_FALSE(keys::next_topic_id().starts_with(keys::topic_prefix()));
+}
+
+TEST(schema, parse_delivery_key) {
+  auto r = keys::parse_delivery(keys::delivery(1, 2, 3, 1ull << 40));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->topic, 1u);
+  EXPECT_EQ(r->group, 2u);
+  EXPECT_EQ(r->partition, 3u);
+  EXPECT_EQ(r->offset, 1ull << 40);
+  EXPECT_FALSE(keys::parse_delivery(keys::message(1, 2, 3)).ok());
+  EXPECT_FALSE(keys::parse_delivery("").ok());
+}
+
+TEST(schema, parse_cursor_key) {
+  auto r = keys::parse_cursor(keys::cursor(0xdeadbeef, 2, 300));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->topic, 0xdeadbeefu);
+  EXPECT_EQ(r->group, 2u);
+  EXPECT_EQ(r->partition, 300u);
+  EXPECT_FALSE(keys::parse_cursor(keys::partition_start(1, 2)).ok());
+  std::string wrong_prefix = keys::cursor(1, 2, 3);
+  wrong_prefix[0] = 'x';
+  EXPECT_FALSE(keys::parse_cursor(wrong_prefix).ok());
+}
+
+TEST(schema, parse_message_offset) {
+  auto r = keys::parse_message_offset(keys::message(4, 5, 256));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 256u);
+  EXPECT_FALSE(keys::parse_message_offset("short").ok());
+}
+
+TEST(schema, parse_partition_start) {
+  auto r = keys::parse_partition_start(keys::partition_start(4, 65'537));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 65'537u);
+  EXPECT_FALSE(keys::parse_partition_start(keys::cursor(1, 2, 3)).ok());
+}
+
+}  // namespace
+}  // namespace onceq::storage
