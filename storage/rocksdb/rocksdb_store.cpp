@@ -184,6 +184,12 @@ struct rocksdb_store::impl {
     // syncer need the rest.
     o.max_background_jobs = 2;
     o.keep_log_file_num = 5;
+    // A WAL file is deleted only when every column family with data in it
+    // has flushed. meta (cursors) sees a steady trickle of small writes and
+    // would otherwise never fill its memtable, pinning every WAL forever and
+    // growing the disk without bound under a steady load. Past this total
+    // RocksDB flushes the families that hold the oldest WAL.
+    o.max_total_wal_size = 2 * opts_.write_buffer_bytes;
     return o;
   }
 
