@@ -1,0 +1,89 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/message.hpp"
+#include "bench/options.hpp"
+#include "bench/process.hpp"
+
+namespace onceq::bench {
+
+// The per-run names and settings every driver needs. Each run uses a fresh
+// server, so names only have to be unique within it.
+struct run_setup {
+  std::string topic = "bench";  // topic / stream / stream key
+  std::string group = "g";      // consumer group / durable consumer
+  int lease_ms = 30000;         // lease / AckWait / claim idle time
+  int partitions = 1;
+  int consumers = 1;
+  std::size_t batch = 100;
+  int wait_ms = 100;
+};
+
+// One producer connection. Used by one thread at a time.
+// produce() with one message uses the system's one-message call (onceq
+// single produce, JetStream sync publish, one XADD); with several, its
+// batched form (onceq batch produce, JetStream async publish + wait for all
+// acks, pipelined XADDs). Returns how many the server reported as
+// duplicates. Throws std::runtime_error on any failure.
+class producer {
+ public:
+  virtual ~producer() = default;
+  virtual std::size_t produce(std::span<const bench_message> batch) = 0;
+};
+
+// One consumer connection in the run's group. Used by one thread at a time.
+class consumer {
+ public:
+  virtual ~consumer() = default;
+  // Receives up to `max` messages, waiting up to `wait` for the first.
+  // Returns their payloads; the views stay valid until the next fetch().
+  virtual const std::vector<std::string_view>& fetch(std::size_t max,
+                                                     std::chrono::milliseconds wait) = 0;
+  // Acks the messages at `which` (indices into the last fetch) and returns,
+  // per index, whether the server accepted the ack (a stale or superseded
+  // delivery may be refused). Returns after the server has answered.
+  virtual std::vector<char> ack(std::span<const std::size_t> which) = 0;
+};
+
+// Outcome of reading back committed keys (onceq only: GET /v1/keys).
+struct key_check {
+  std::size_t sampled = 0;
+  std::size_t committed = 0;
+  std::string first_problem;
+};
+
+// One system under test: starts its server, sets up a run, opens
+// connections. Drivers throw std::runtime_error on setup failures.
+class system_driver {
+ public:
+  virtual ~system_driver() = default;
+
+  virtual std::string_view name() const = 0;
+  // The exact server setting used at `d`, for the report.
+  virtual std::string setting(durability d) const = 0;
+  // False (with the reason) when this server cannot run at `d`.
+  virtual bool supports(durability d, std::string& why) = 0;
+  // Server version, for the report.
+  virtual std::string version() = 0;
+
+  // Starts a fresh server with its data in `dir` and waits until it serves.
+  virtual void start(durability d, const std::filesystem::path& dir) = 0;
+  // Creates the topic / stream / group for `s`.
+  virtual void prepare(const run_setup& s) = 0;
+  virtual std::unique_ptr<producer> make_producer(const run_setup& s, int index) = 0;
+  virtual std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) = 0;
+  virtual key_check check_keys(const run_setup&, std::span<const std::uint64_t>) { return {}; }
+  virtual server_process& process() = 0;
+  // Stops the server; returns how it ended.
+  virtual std::string stop() = 0;
+};
+
+}  // namespace onceq::bench

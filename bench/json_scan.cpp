@@ -1,0 +1,68 @@
+#include "bench/json_scan.hpp"
+
+#include <charconv>
+
+namespace onceq::bench {
+namespace detail {
+
+std::size_t skip_ws(std::string_view s, std::size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  return i;
+}
+
+std::size_t end_of_string(std::string_view s, std::size_t i) {
+  for (++i; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '"') {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+std::size_t end_of_value(std::string_view s, std::size_t i) {
+  if (i >= s.size()) return std::string_view::npos;
+  if (s[i] == '"') return end_of_string(s, i);
+  if (s[i] == '{' || s[i] == '[') {
+    int depth = 0;
+    while (i < s.size()) {
+      const char c = s[i];
+      if (c == '"') {
+        i = end_of_string(s, i);
+        if (i == std::string_view::npos) return i;
+        continue;
+      }
+      if (c == '{' || c == '[') ++depth;
+      if (c == '}' || c == ']') {
+        if (--depth == 0) return i + 1;
+      }
+      ++i;
+    }
+    return std::string_view::npos;
+  }
+  const std::size_t start = i;
+  while (i < s.size() && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' &&
+         s[i] != '\r' && s[i] != '\t') {
+    ++i;
+  }
+  return i == start ? std::string_view::npos : i;
+}
+
+}  // namespace detail
+
+bool json_int(std::string_view raw, std::int64_t& out) {
+  const char* end = raw.data() + raw.size();
+  auto [ptr, ec] = std::from_chars(raw.data(), end, out);
+  return ec == std::errc{} && ptr == end;
+}
+
+bool json_plain_string(std::string_view raw, std::string_view& out) {
+  if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return false;
+  const auto inner = raw.substr(1, raw.size() - 2);
+  if (inner.find('\\') != std::string_view::npos) return false;
+  out = inner;
+  return true;
+}
+
+}  // namespace onceq::bench

@@ -1,0 +1,183 @@
+#include "bench/options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+namespace onceq::bench {
+namespace {
+
+constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
+  --systems onceq,nats,redis     systems to drive
+  --workloads w1,w2,w3,w4        w1 produce only (batched + one per request),
+                                 w2 drain a backlog, w3 produce+consume (plus a
+                                 fixed-rate run), w4 = w3 with duplicates and
+                                 unacked deliveries
+  --durability synced,default    durability levels
+  --messages N                   unique messages per run (200000)
+  --single-messages N            messages for one-per-request produce (messages/4)
+  --producers N --consumers N    threads, one connection each (4, 4)
+  --batch N                      produce batch size and consume max (100)
+  --rate N --rate-seconds S      W3 fixed-rate run (10000 msg/s for 5 s; 0 skips)
+  --rate-batch N                 messages per produce call in the fixed-rate run (10)
+  --payload BYTES                payload size (256, min 32)
+  --partitions N                 onceq topic partitions (4)
+  --duplicates R --no-ack R      W4 ratios (0.1, 0.1)
+  --lease-ms MS                  W4 lease / AckWait / claim idle (1000)
+  --wait-ms MS                   long-poll wait per fetch (100)
+  --time-limit S                 cap per measured phase (120)
+  --onceqd PATH                  server binary (<bench dir>/../cmd/onceqd)
+  --onceq-default-fsync POLICY   onceq's policy at durability "default" (interval:10)
+  --nats-server PATH --redis-server PATH
+  --tmp DIR                      parent of the per-run data dirs (/tmp)
+  --keep-data                    keep data dirs and server logs
+  --out-json FILE --out-md FILE  reports (Markdown also goes to stdout)
+)";
+
+std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    const auto item = s.substr(0, comma);
+    if (!item.empty()) out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+template <typename T>
+bool parse_number(std::string_view s, T& out) {
+  const auto* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc{} && ptr == end;
+}
+
+std::string default_onceqd() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "onceqd";
+  return (self.parent_path() / ".." / "cmd" / "onceqd").lexically_normal().string();
+}
+
+}  // namespace
+
+std::string_view to_string(durability d) {
+  return d == durability::synced ? "synced" : "default";
+}
+
+std::optional<bench_options> parse_options(int argc, char** argv, std::string& error) {
+  bench_options o;
+  o.onceqd = default_onceqd();
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) o.command_line += ' ';
+    o.command_line += argv[i];
+  }
+
+  for (int i = 1; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    std::string_view value;
+    bool has_inline = false;
+    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_inline = true;
+    }
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(k_usage.data(), stdout);
+      error.clear();
+      return std::nullopt;
+    }
+    if (flag == "--keep-data") {
+      o.keep_data = true;
+      continue;
+    }
+    if (!has_inline) {
+      if (i + 1 >= argc) {
+        error = fmt::format("flag {} needs a value", flag);
+        return std::nullopt;
+      }
+      value = argv[++i];
+    }
+    bool ok = true;
+    if (flag == "--systems") {
+      o.systems = split_list(value);
+      for (const auto& s : o.systems) ok = ok && (s == "onceq" || s == "nats" || s == "redis");
+    } else if (flag == "--workloads") {
+      o.workloads = split_list(value);
+      for (const auto& w : o.workloads)
+        ok = ok && (w == "w1" || w == "w2" || w == "w3" || w == "w4");
+    } else if (flag == "--durability") {
+      o.durabilities.clear();
+      for (const auto& d : split_list(value)) {
+        if (d == "synced") {
+          o.durabilities.push_back(durability::synced);
+        } else if (d == "default") {
+          o.durabilities.push_back(durability::fallback);
+        } else {
+          ok = false;
+        }
+      }
+    } else if (flag == "--messages") {
+      ok = parse_number(value, o.messages) && o.messages > 0;
+    } else if (flag == "--single-messages") {
+      ok = parse_number(value, o.single_messages);
+    } else if (flag == "--producers") {
+      ok = parse_number(value, o.producers) && o.producers > 0 && o.producers <= 256;
+    } else if (flag == "--consumers") {
+      ok = parse_number(value, o.consumers) && o.consumers > 0 && o.consumers <= 256;
+    } else if (flag == "--batch") {
+      ok = parse_number(value, o.batch) && o.batch > 0 && o.batch <= 1000;
+    } else if (flag == "--rate") {
+      ok = parse_number(value, o.rate);
+    } else if (flag == "--rate-batch") {
+      ok = parse_number(value, o.rate_batch) && o.rate_batch > 0 && o.rate_batch <= 1000;
+    } else if (flag == "--rate-seconds") {
+      ok = parse_number(value, o.rate_seconds) && o.rate_seconds > 0;
+    } else if (flag == "--payload") {
+      ok = parse_number(value, o.payload) && o.payload >= 32 && o.payload <= 1 << 20;
+    } else if (flag == "--partitions") {
+      ok = parse_number(value, o.partitions) && o.partitions > 0;
+    } else if (flag == "--duplicates") {
+      ok =
+          parse_number(value, o.duplicate_ratio) && o.duplicate_ratio >= 0 && o.duplicate_ratio < 1;
+    } else if (flag == "--no-ack") {
+      ok = parse_number(value, o.no_ack_ratio) && o.no_ack_ratio >= 0 && o.no_ack_ratio < 1;
+    } else if (flag == "--lease-ms") {
+      ok = parse_number(value, o.lease_ms) && o.lease_ms >= 100;
+    } else if (flag == "--wait-ms") {
+      ok = parse_number(value, o.wait_ms) && o.wait_ms >= 0 && o.wait_ms <= 60000;
+    } else if (flag == "--time-limit") {
+      ok = parse_number(value, o.time_limit_s) && o.time_limit_s > 0;
+    } else if (flag == "--onceqd") {
+      o.onceqd = value;
+    } else if (flag == "--onceq-default-fsync") {
+      o.onceq_default_fsync = value;
+    } else if (flag == "--nats-server") {
+      o.nats_server = value;
+    } else if (flag == "--redis-server") {
+      o.redis_server = value;
+    } else if (flag == "--tmp") {
+      o.tmp_root = value;
+    } else if (flag == "--out-json") {
+      o.out_json = value;
+    } else if (flag == "--out-md") {
+      o.out_md = value;
+    } else {
+      error = fmt::format("unknown flag {} (see --help)", flag);
+      return std::nullopt;
+    }
+    if (!ok) {
+      error = fmt::format("bad value for {}: '{}'", flag, value);
+      return std::nullopt;
+    }
+  }
+  if (o.single_messages == 0) o.single_messages = std::max<std::size_t>(1, o.messages / 4);
+  return o;
+}
+
+}  // namespace onceq::bench

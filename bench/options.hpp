@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace onceq::bench {
+
+// Two durability levels, run for every system.
+enum class durability {
+  synced,    // fsync before answering: onceq --fsync always, JetStream sync
+             // always, Redis appendfsync always
+  fallback,  // "default" on the command line: each system's out-of-the-box
+             // level (onceq's own default is synced, so it runs with
+             // --onceq-default-fsync instead; see bench/README.md)
+};
+
+std::string_view to_string(durability d);
+
+// What one run of onceq-bench does. Filled from the command line only.
+struct bench_options {
+  std::vector<std::string> systems{"onceq", "nats", "redis"};
+  std::vector<std::string> workloads{"w1", "w2", "w3", "w4"};
+  std::vector<durability> durabilities{durability::synced, durability::fallback};
+
+  std::size_t messages = 200000;    // Default: 200000 unique messages per run
+  std::size_t single_messages = 0;  // Default: 0 = messages / 4 (one per request)
+  int producers = 4;                // Default: 4
+  int consumers = 4;                // Default: 4
+  std::size_t batch = 100;          // Default: 100 (produce batch and consume max)
+  std::size_t rate = 10000;         // Default: 10000 msg/s for W3's fixed-rate run; 0 = skip
+  double rate_seconds = 5.0;        // Default: 5 s at the fixed rate
+  std::size_t rate_batch = 10;      // Default: 10 messages per produce call at the fixed rate
+  std::size_t payload = 256;        // Default: 256 bytes
+  int partitions = 4;               // Default: 4 (onceq topic partitions)
+  double duplicate_ratio = 0.10;    // Default: 10% duplicate produces in W4
+  double no_ack_ratio = 0.10;       // Default: 10% of deliveries not acked in W4
+  int lease_ms = 1000;              // Default: 1000 ms lease / AckWait / claim idle in W4
+  int wait_ms = 100;                // Default: 100 ms long-poll wait per fetch
+  double time_limit_s = 120.0;      // Default: 120 s cap per measured phase
+
+  std::string onceqd;                               // Default: <dir of onceq-bench>/../cmd/onceqd
+  std::string onceq_default_fsync = "interval:10";  // Default: interval:10
+  std::string nats_server = "nats-server";
+  std::string redis_server = "redis-server";
+  std::string tmp_root = "/tmp";
+  bool keep_data = false;
+
+  std::string out_json;
+  std::string out_md;
+  std::string command_line;  // as typed, for the report
+};
+
+// Parses argv. Returns nullopt and fills `error` on a bad flag; `error` is
+// empty and nullopt returned after --help (usage already printed).
+std::optional<bench_options> parse_options(int argc, char** argv, std::string& error);
+
+}  // namespace onceq::bench

@@ -1,0 +1,292 @@
+#include "bench/report.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+namespace onceq::bench {
+namespace {
+
+const run_result* find(const std::vector<run_result>& runs, std::string_view system,
+                       std::string_view workload, std::string_view durability) {
+  for (const auto& r : runs) {
+    if (r.system == system && r.workload == workload && r.durability == durability && r.ran &&
+        r.error.empty() && r.messages > 0) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+std::string ms(double v) {
+  if (v < 0) return "–";
+  return v < 10 ? fmt::format("{:.2f}", v) : fmt::format("{:.1f}", v);
+}
+
+std::string rate(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e4) return fmt::format("{:.0f}k", v / 1e3);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+std::string ratio(std::optional<double> v) {
+  return v ? fmt::format("{:.2f}x", *v) : "–";
+}
+
+std::string notes_of(const run_result& r) {
+  if (!r.skipped.empty()) return "not run: " + r.skipped;
+  std::string n;
+  auto add = [&](const std::string& s) {
+    if (!n.empty()) n += "; ";
+    n += s;
+  };
+  if (!r.error.empty()) add("FAILED: " + r.error.substr(0, 200));
+  if (r.timed_out) add(fmt::format("time limit: {}/{} done", r.messages, r.target));
+  if (r.duplicates_sent > 0) {
+    add(fmt::format("{} dup produces, {} flagged duplicate by the server", r.duplicates_sent,
+                    r.duplicates_detected));
+  }
+  if (r.not_acked > 0) add(fmt::format("{} deliveries left unacked", r.not_acked));
+  if (r.acks_refused > 0) add(fmt::format("{} acks refused", r.acks_refused));
+  if (r.workload == "w4-faults" || r.keys_more_than_once > 0) {
+    if (r.keys_more_than_once == 0 && r.messages == r.target) {
+      add("every key processed exactly once");
+    } else {
+      add(fmt::format("{} keys processed more than once ({} extra)", r.keys_more_than_once,
+                      r.extra_processings));
+    }
+  }
+  if (r.keys_checked.sampled > 0) {
+    add(fmt::format("GET /v1/keys: {}/{} committed", r.keys_checked.committed,
+                    r.keys_checked.sampled));
+  }
+  return n;
+}
+
+struct ratio_row {
+  std::string workload;
+  std::string durability;
+  std::optional<double> vs_nats;
+  std::optional<double> vs_redis;
+  std::optional<double> p99_vs_nats;  // onceq p99 / peer p99 (lower is better)
+  std::optional<double> p99_vs_redis;
+};
+
+std::optional<double> div(const run_result* a, const run_result* b) {
+  if (a == nullptr || b == nullptr || b->msgs_per_s <= 0) return std::nullopt;
+  return a->msgs_per_s / b->msgs_per_s;
+}
+
+std::optional<double> div_p99(const run_result* a, const run_result* b) {
+  if (a == nullptr || b == nullptr || a->p99_ms < 0 || b->p99_ms <= 0) return std::nullopt;
+  return a->p99_ms / b->p99_ms;
+}
+
+std::vector<ratio_row> ratios(const std::vector<run_result>& runs, const bench_options& o) {
+  std::vector<ratio_row> out;
+  for (const auto kind : expand_workloads(o)) {
+    for (const auto d : o.durabilities) {
+      const auto w = id_of(kind);
+      const auto dn = to_string(d);
+      const auto* q = find(runs, "onceq", w, dn);
+      const auto* n = find(runs, "nats", w, dn);
+      const auto* rd = find(runs, "redis", w, dn);
+      out.push_back(
+          {std::string(w), std::string(dn), div(q, n), div(q, rd), div_p99(q, n), div_p99(q, rd)});
+    }
+  }
+  return out;
+}
+
+// The targets of issue 4. onceq always runs synced; JetStream at its default;
+// Redis at appendfsync always.
+struct target {
+  std::string what;
+  std::string workload;
+  std::string peer;
+  std::string peer_durability;
+  double goal;
+  bool latency;  // compare p99 (onceq <= goal x peer) instead of msgs/s
+};
+
+const std::vector<target>& targets() {
+  static const std::vector<target> t{
+      {"W1 batched produce >= 2x JetStream", "w1-batch", "nats", "default", 2.0, false},
+      {"W1 batched produce >= 1x Redis-always", "w1-batch", "redis", "synced", 1.0, false},
+      {"W1 one per request >= 2x JetStream sync publish", "w1-single", "nats", "default", 2.0,
+       false},
+      {"W2 drain >= 2x JetStream", "w2-drain", "nats", "default", 2.0, false},
+      {"W2 drain >= 1.1x Redis-always", "w2-drain", "redis", "synced", 1.1, false},
+      {"W3 end-to-end >= 2x JetStream", "w3-e2e", "nats", "default", 2.0, false},
+      {"W3 end-to-end >= 1x Redis-always", "w3-e2e", "redis", "synced", 1.0, false},
+      {"W3 fixed rate p99 <= Redis-always", "w3-rate", "redis", "synced", 1.0, true},
+  };
+  return t;
+}
+
+struct target_result {
+  const target* t;
+  std::optional<double> value;  // ratio
+  bool met = false;
+};
+
+std::vector<target_result> check_targets(const std::vector<run_result>& runs) {
+  std::vector<target_result> out;
+  for (const auto& t : targets()) {
+    const auto* q = find(runs, "onceq", t.workload, "synced");
+    const auto* p = find(runs, t.peer, t.workload, t.peer_durability);
+    target_result tr{&t, t.latency ? div_p99(q, p) : div(q, p), false};
+    if (tr.value) tr.met = t.latency ? *tr.value <= t.goal : *tr.value >= t.goal;
+    out.push_back(tr);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_markdown(const std::vector<run_result>& runs, const bench_options& o,
+                            const report_context& ctx) {
+  std::string md;
+  auto out = std::back_inserter(md);
+  fmt::format_to(out, "Command: `{}`\n\n", ctx.command);
+  fmt::format_to(out, "Run {} on {}; onceq-bench at commit {}.\n", ctx.started_at, ctx.machine,
+                 ctx.bench_commit);
+  fmt::format_to(
+      out,
+      "{} unique messages per run ({} for one-per-request produce), {}-byte payloads, "
+      "{} producers, {} consumers, batch {}, each with a unique idempotency key / msg "
+      "id; a fresh server and data dir per row; client and server share this machine.\n\n",
+      o.messages, o.single_messages, o.payload, o.producers, o.consumers, o.batch);
+  for (const auto& [system, version] : ctx.versions) {
+    fmt::format_to(out, "- {}: {}\n", system, version);
+  }
+  md += "\nWorkloads:\n";
+  for (const auto kind : expand_workloads(o)) {
+    fmt::format_to(out, "- `{}`: {}\n", id_of(kind), describe(kind, o));
+  }
+  md +=
+      "\nLatency is end to end, from the produce call to the answered ack of the first "
+      "processing of that key (fixed rate: from the scheduled send time). CPU is the server "
+      "process's user+system time during the measured phase.\n\n";
+
+  md +=
+      "| workload | durability | system | server setting | msgs/s | p50 ms | p99 ms | p99.9 ms | "
+      "peak RSS MB | server CPU s / M msgs | client CPU s / M msgs | notes |\n";
+  md += "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& r : runs) {
+    const bool ok = r.ran && r.messages > 0;
+    fmt::format_to(out, "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                   r.workload, r.durability, r.system, r.setting, ok ? rate(r.msgs_per_s) : "–",
+                   ms(r.p50_ms), ms(r.p99_ms), ms(r.p999_ms),
+                   ok ? fmt::format("{:.0f}", static_cast<double>(r.peak_rss_kb) / 1024) : "–",
+                   ok ? fmt::format("{:.1f}", r.server_cpu_s_per_m) : "–",
+                   ok ? fmt::format("{:.1f}", r.client_cpu_s_per_m) : "–", notes_of(r));
+  }
+
+  md +=
+      "\nonceq / peer at the same durability level (msgs/s: higher is better for onceq; p99: "
+      "lower is better for onceq):\n\n";
+  md +=
+      "| workload | durability | msgs/s onceq/nats | msgs/s onceq/redis | p99 onceq/nats | p99 "
+      "onceq/redis |\n|---|---|---:|---:|---:|---:|\n";
+  for (const auto& row : ratios(runs, o)) {
+    fmt::format_to(out, "| {} | {} | {} | {} | {} | {} |\n", row.workload, row.durability,
+                   ratio(row.vs_nats), ratio(row.vs_redis), ratio(row.p99_vs_nats),
+                   ratio(row.p99_vs_redis));
+  }
+
+  md +=
+      "\nIssue 4 targets (onceq at `--fsync always` vs JetStream at its default and Redis at "
+      "`appendfsync always`):\n\n| target | measured | met |\n|---|---:|---|\n";
+  for (const auto& tr : check_targets(runs)) {
+    fmt::format_to(out, "| {} | {} | {} |\n", tr.t->what, ratio(tr.value),
+                   tr.value ? (tr.met ? "yes" : "**no**") : "not measured");
+  }
+  return md;
+}
+
+nlohmann::json render_json(const std::vector<run_result>& runs, const bench_options& o,
+                           const report_context& ctx) {
+  using nlohmann::json;
+  json j;
+  j["command"] = ctx.command;
+  j["started_at"] = ctx.started_at;
+  j["machine"] = ctx.machine;
+  j["bench_commit"] = ctx.bench_commit;
+  j["versions"] = ctx.versions;
+  j["config"] = {{"messages", o.messages},
+                 {"single_messages", o.single_messages},
+                 {"producers", o.producers},
+                 {"consumers", o.consumers},
+                 {"batch", o.batch},
+                 {"rate", o.rate},
+                 {"rate_seconds", o.rate_seconds},
+                 {"rate_batch", o.rate_batch},
+                 {"payload", o.payload},
+                 {"partitions", o.partitions},
+                 {"duplicate_ratio", o.duplicate_ratio},
+                 {"no_ack_ratio", o.no_ack_ratio},
+                 {"lease_ms", o.lease_ms},
+                 {"wait_ms", o.wait_ms},
+                 {"onceq_default_fsync", o.onceq_default_fsync}};
+  auto num = [](double v) { return v < 0 || !std::isfinite(v) ? json(nullptr) : json(v); };
+  json rows = json::array();
+  for (const auto& r : runs) {
+    rows.push_back({{"system", r.system},
+                    {"version", r.version},
+                    {"workload", r.workload},
+                    {"durability", r.durability},
+                    {"setting", r.setting},
+                    {"ran", r.ran},
+                    {"skipped", r.skipped},
+                    {"error", r.error},
+                    {"timed_out", r.timed_out},
+                    {"target_messages", r.target},
+                    {"messages", r.messages},
+                    {"seconds", r.seconds},
+                    {"msgs_per_s", r.msgs_per_s},
+                    {"latency_samples", r.latency_samples},
+                    {"p50_ms", num(r.p50_ms)},
+                    {"p99_ms", num(r.p99_ms)},
+                    {"p999_ms", num(r.p999_ms)},
+                    {"max_ms", num(r.max_ms)},
+                    {"peak_rss_kb", r.peak_rss_kb},
+                    {"server_cpu_s", r.server_cpu_s},
+                    {"server_cpu_s_per_million", r.server_cpu_s_per_m},
+                    {"client_cpu_s_per_million", r.client_cpu_s_per_m},
+                    {"sent", r.sent},
+                    {"duplicates_sent", r.duplicates_sent},
+                    {"duplicates_detected", r.duplicates_detected},
+                    {"deliveries", r.deliveries},
+                    {"not_acked", r.not_acked},
+                    {"acks_refused", r.acks_refused},
+                    {"keys_more_than_once", r.keys_more_than_once},
+                    {"extra_processings", r.extra_processings},
+                    {"keys_checked", r.keys_checked.sampled},
+                    {"keys_committed", r.keys_checked.committed},
+                    {"keys_check_problem", r.keys_checked.first_problem},
+                    {"server_exit", r.server_exit}});
+  }
+  j["runs"] = rows;
+  json rat = json::array();
+  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  for (const auto& row : ratios(runs, o)) {
+    rat.push_back({{"workload", row.workload},
+                   {"durability", row.durability},
+                   {"msgs_per_s_onceq_over_nats", opt(row.vs_nats)},
+                   {"msgs_per_s_onceq_over_redis", opt(row.vs_redis)},
+                   {"p99_onceq_over_nats", opt(row.p99_vs_nats)},
+                   {"p99_onceq_over_redis", opt(row.p99_vs_redis)}});
+  }
+  j["ratios"] = rat;
+  json tj = json::array();
+  for (const auto& tr : check_targets(runs)) {
+    tj.push_back({{"target", tr.t->what}, {"ratio", opt(tr.value)}, {"met", tr.met}});
+  }
+  j["targets"] = tj;
+  return j;
+}
+
+}  // namespace onceq::bench
