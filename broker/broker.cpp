@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 #include <queue>
@@ -21,11 +22,15 @@ using st::column;
 namespace {
 
 constexpr std::string_view k_dlq_prefix = "dlq.";
-constexpr millis k_retention_period_ms = 1000;  // how often tick() runs retention
+constexpr millis k_retention_period_ms = 1000;     // how often tick() runs retention
 constexpr std::size_t k_retention_batch = 10'000;  // messages deleted per topic per run
 
-error fenced(std::string message) { return make_error(errc::failed_precondition, std::move(message)); }
-error invalid(std::string message) { return make_error(errc::invalid_argument, std::move(message)); }
+error fenced(std::string message) {
+  return make_error(errc::failed_precondition, std::move(message));
+}
+error invalid(std::string message) {
+  return make_error(errc::invalid_argument, std::move(message));
+}
 
 // An open delivery of one message to one group: below the group's cursor
 // and not acked. Caches what ack/nack/expiry need from the message so that
@@ -37,9 +42,9 @@ struct open_delivery {
   millis lease_deadline_ms = 0;
   millis not_before_ms = 0;
   std::string last_error;
-  bool parked = false;     // waiting for its key to be released
-  bool known = false;      // the fields below were filled from the message
-  std::string scope;       // storage key of its idempotency key; "" if none
+  bool parked = false;  // waiting for its key to be released
+  bool known = false;   // the fields below were filled from the message
+  std::string scope;    // storage key of its idempotency key; "" if none
   std::int64_t key_ttl_ms = -1;
   std::int64_t max_attempts = -1;
   std::int64_t backoff_ms = -1;
@@ -47,14 +52,15 @@ struct open_delivery {
   millis produced_at_ms = 0;
 
   st::delivery_record record() const {
-    return st::delivery_record{state, owner, attempts, lease_deadline_ms, not_before_ms, last_error};
+    return st::delivery_record{state,         owner,     attempts, lease_deadline_ms,
+                               not_before_ms, last_error};
   }
 };
 
 struct part_state {
-  std::uint64_t cursor = 0;                   // next offset this group has never seen
+  std::uint64_t cursor = 0;                     // next offset this group has never seen
   std::map<std::uint64_t, open_delivery> open;  // offsets < cursor not acked
-  std::set<std::uint64_t> ready;               // open, pending, due and not parked
+  std::set<std::uint64_t> ready;                // open, pending, due and not parked
 };
 
 struct key_holder {
@@ -67,15 +73,24 @@ struct group {
   std::string name;
   std::vector<part_state> parts;
   group_stats stats;
-  std::unordered_map<std::string, key_holder> leased_keys;  // scope -> holding delivery
+  std::unordered_map<std::string, key_holder> leased_keys;          // scope -> holding delivery
   std::unordered_map<std::string, std::vector<key_holder>> parked;  // scope -> waiting
-  std::uint32_t next_partition = 0;  // round robin
+  std::uint32_t next_partition = 0;                                 // round robin
 };
 
 struct partition {
   std::uint64_t start = 0;  // first retained offset
   std::uint64_t next = 0;   // next offset to assign
+  // The message cache's share of this partition: records of the offsets
+  // [tail_base, tail_base + tail.size()), the newest ones.
+  std::uint64_t tail_base = 0;
+  std::deque<st::message_record> tail;
 };
+
+std::size_t cached_size(const st::message_record& m) {
+  return sizeof(m) + m.value.size() + m.envelope_json.size() + m.idempotency_key.size() +
+         m.tenant_id.size() + (m.key ? m.key->size() : 0);
+}
 
 struct topic {
   st::topic_record rec;
@@ -116,6 +131,47 @@ struct broker::state {
   std::set<std::string> ready_topics;
   std::vector<std::string> committed_keys;
   millis next_retention_ms = 0;
+
+  // Message cache: (topic, partition, offset) in produce order, for
+  // eviction; entries whose record is gone already are skipped.
+  struct cached {
+    st::topic_id topic;
+    std::uint32_t partition;
+    std::uint64_t offset;
+  };
+  std::deque<cached> cache_order;
+  std::size_t cache_bytes = 0;
+
+  void cache_append(topic& t, std::uint32_t p, std::uint64_t off, st::message_record m) {
+    if (opts.message_cache_bytes == 0) return;
+    auto& part = t.parts[p];
+    if (part.tail_base + part.tail.size() != off) {
+      cache_drop(t, p);
+      part.tail_base = off;
+    }
+    cache_bytes += cached_size(m);
+    part.tail.push_back(std::move(m));
+    cache_order.push_back(cached{t.rec.id, p, off});
+    while (cache_bytes > opts.message_cache_bytes && !cache_order.empty()) {
+      auto c = cache_order.front();
+      cache_order.pop_front();
+      auto it = topics_by_id.find(c.topic);
+      if (it == topics_by_id.end()) continue;
+      auto& victim = it->second->parts[c.partition];
+      if (victim.tail.empty() || victim.tail_base != c.offset) continue;
+      cache_bytes -= std::min(cache_bytes, cached_size(victim.tail.front()));
+      victim.tail.pop_front();
+      ++victim.tail_base;
+    }
+  }
+
+  // Forgets a partition's cached records.
+  void cache_drop(topic& t, std::uint32_t p) {
+    auto& part = t.parts[p];
+    for (const auto& m : part.tail) cache_bytes -= std::min(cache_bytes, cached_size(m));
+    part.tail.clear();
+    part.tail_base = part.next;
+  }
 
   // ---- helpers -------------------------------------------------------
 
@@ -174,13 +230,18 @@ struct broker::state {
   group& ensure_group(topic& t, std::string_view name, st::batch& b) {
     if (auto* g = find_group(t, name)) return *g;
     auto& g = add_group(t, t.next_group_id, std::string(name));
-    b.put(column::meta, st::keys::group(t.rec.id, g.name), st::encode(st::group_record{t.rec.id, g.id, g.name}));
+    b.put(column::meta, st::keys::group(t.rec.id, g.name),
+          st::encode(st::group_record{t.rec.id, g.id, g.name}));
     for (std::uint32_t p = 0; p < g.parts.size(); ++p)
       b.put(column::meta, st::keys::cursor(t.rec.id, g.id, p), st::encode_u64(g.parts[p].cursor));
     return g;
   }
 
   result<st::message_record> read_message(const topic& t, std::uint32_t p, std::uint64_t off) {
+    const auto& part = t.parts[p];
+    if (off < part.start) return make_error(errc::not_found, "message deleted by retention");
+    if (off >= part.tail_base && off - part.tail_base < part.tail.size())
+      return part.tail[off - part.tail_base];
     auto v = store.get(column::messages, st::keys::message(t.rec.id, p, off));
     if (!v.ok()) return std::move(v).err();
     return st::decode_message(*v);
@@ -245,8 +306,8 @@ struct broker::state {
 
   // The key held by (p, off) is free again: deliveries parked on it become
   // ready (each is checked again on delivery: it may now be auto-acked).
-  void release_key(topic& t, group& g, const std::string& scope, std::uint32_t p,
-                   std::uint64_t off, millis now) {
+  void release_key(topic& t, group& g, const std::string& scope, std::uint32_t p, std::uint64_t off,
+                   millis now) {
     if (scope.empty()) return;
     auto it = g.leased_keys.find(scope);
     if (it != g.leased_keys.end() && it->second.partition == p && it->second.offset == off)
@@ -331,8 +392,8 @@ struct broker::state {
 
   // Moves the message to dlq.<topic> and marks the delivery dead. The key,
   // if any, is left failed.
-  result<void> dead_letter(topic& t, group& g, std::uint32_t p, std::uint64_t off,
-                           open_delivery& d, millis now, st::batch& b) {
+  result<void> dead_letter(topic& t, group& g, std::uint32_t p, std::uint64_t off, open_delivery& d,
+                           millis now, st::batch& b) {
     auto m = read_message(t, p, off);
     if (m.ok()) {
       auto* dlq = ensure_dlq_topic(t, b);
@@ -578,7 +639,8 @@ struct broker::state {
           std::uint64_t low = part.next;
           for (auto& [gn, g] : t.groups) {
             auto& ps = g->parts[p];
-            std::uint64_t gl = ps.open.empty() ? ps.cursor : std::min(ps.cursor, ps.open.begin()->first);
+            std::uint64_t gl =
+                ps.open.empty() ? ps.cursor : std::min(ps.cursor, ps.open.begin()->first);
             low = std::min(low, gl);
           }
           upto = std::max(upto, low);
@@ -589,16 +651,15 @@ struct broker::state {
           auto begin = st::keys::message(t.rec.id, p, upto);
           auto end = st::keys::message(t.rec.id, p, part.next);
           std::size_t seen = 0;
-          auto scanned = store.scan(column::messages, begin, end,
-                                    [&](std::string_view k, std::string_view v) {
-                                      auto m = st::decode_message(v);
-                                      auto off = st::keys::parse_message_offset(k);
-                                      if (!m.ok() || !off.ok()) return false;
-                                      if (m->produced_at_ms + t.rec.settings.retention_ms > now)
-                                        return false;
-                                      aged = *off + 1;
-                                      return ++seen < k_retention_batch;
-                                    });
+          auto scanned =
+              store.scan(column::messages, begin, end, [&](std::string_view k, std::string_view v) {
+                auto m = st::decode_message(v);
+                auto off = st::keys::parse_message_offset(k);
+                if (!m.ok() || !off.ok()) return false;
+                if (m->produced_at_ms + t.rec.settings.retention_ms > now) return false;
+                aged = *off + 1;
+                return ++seen < k_retention_batch;
+              });
           if (scanned.ok()) upto = std::max(upto, aged);
         }
         upto = std::min(upto, part.start + k_retention_batch);
@@ -666,14 +727,16 @@ result<void> broker::recover() {
                            [&](std::string_view k, std::string_view v) {
                              auto p = st::keys::parse_partition_start(k);
                              auto off = st::decode_u64(v);
-                             if (p.ok() && off.ok() && *p < t.parts.size()) t.parts[*p].start = *off;
+                             if (p.ok() && off.ok() && *p < t.parts.size())
+                               t.parts[*p].start = *off;
                              return true;
                            }));
     for (std::uint32_t p = 0; p < t.parts.size(); ++p) {
       auto& part = t.parts[p];
       part.next = part.start;
-      auto last = s.store.last_key(column::messages, st::keys::message(id, p, 0),
-                                   st::keys::message(id, p, std::numeric_limits<std::uint64_t>::max()));
+      auto last =
+          s.store.last_key(column::messages, st::keys::message(id, p, 0),
+                           st::keys::message(id, p, std::numeric_limits<std::uint64_t>::max()));
       if (last.ok()) {
         auto off = st::keys::parse_message_offset(*last);
         if (!off.ok()) return std::move(off).err();
@@ -817,7 +880,8 @@ topic_info info_of(const topic& t) {
 
 result<topic_info> broker::get_topic(std::string_view name) const {
   auto it = s_->topics.find(name);
-  if (it == s_->topics.end()) return make_error(errc::not_found, fmt::format("topic '{}' not found", name));
+  if (it == s_->topics.end())
+    return make_error(errc::not_found, fmt::format("topic '{}' not found", name));
   return info_of(*it->second);
 }
 
@@ -829,12 +893,13 @@ result<void> broker::delete_topic(std::string_view name) {
   auto id = (*t)->rec.id;
   st::batch b;
   b.del(column::meta, st::keys::topic(name));
-  for (const auto& prefix :
-       {st::keys::group_prefix(id), st::keys::cursor_prefix(id), st::keys::partition_start_prefix(id)})
+  for (const auto& prefix : {st::keys::group_prefix(id), st::keys::cursor_prefix(id),
+                             st::keys::partition_start_prefix(id)})
     b.del_range(column::meta, prefix, st::keys::prefix_end(prefix));
   for (auto c : {column::messages, column::deliveries, column::keys, column::dedup})
     b.del_range(c, st::keys::topic_begin(id), st::keys::topic_end(id));
   ONCEQ_TRY(s.write(b));
+  for (std::uint32_t p = 0; p < (*t)->parts.size(); ++p) s.cache_drop(**t, p);
   s.topics_by_id.erase(id);
   s.topics.erase(s.topics.find(name));
   return {};
@@ -857,29 +922,38 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   std::vector<std::uint64_t> next(t.parts.size());
   for (std::size_t p = 0; p < t.parts.size(); ++p) next[p] = t.parts[p].next;
   std::unordered_map<std::string, produced> seen;  // dedup ids within this request
+  std::vector<std::pair<produced, st::message_record>> fresh;
+  fresh.reserve(cmd.messages.size());
   st::batch b;
   std::uint64_t stored = 0, dups = 0;
 
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
     const auto& m = cmd.messages[i];
     auto where = [&](std::string_view field) {
-      return cmd.messages.size() == 1 ? std::string(field) : fmt::format("messages[{}].{}", i, field);
+      return cmd.messages.size() == 1 ? std::string(field)
+                                      : fmt::format("messages[{}].{}", i, field);
     };
     if (m.value.empty()) return invalid(where("value") + " must be a non-empty string");
-    if (m.partition_override && (*m.partition_override < 0 ||
-                                 *m.partition_override >= static_cast<std::int64_t>(t.parts.size())))
-      return invalid(fmt::format("{} must be between 0 and {}", where("envelope.partition_override"),
-                                 t.parts.size() - 1));
+    if (m.partition_override &&
+        (*m.partition_override < 0 ||
+         *m.partition_override >= static_cast<std::int64_t>(t.parts.size())))
+      return invalid(fmt::format("{} must be between 0 and {}",
+                                 where("envelope.partition_override"), t.parts.size() - 1));
     if (m.deadline_ms && *m.deadline_ms < now)
       return invalid(where("envelope.deadline") + " has passed");
-    if (m.key_ttl_ms) ONCEQ_TRY(validate_range(where("envelope.key_ttl_ms"), *m.key_ttl_ms, 0, k_max_ms));
-    if (m.delay_ms) ONCEQ_TRY(validate_range(where("envelope.delay_ms"), *m.delay_ms, 0, s.opts.max_delay_ms));
+    if (m.key_ttl_ms)
+      ONCEQ_TRY(validate_range(where("envelope.key_ttl_ms"), *m.key_ttl_ms, 0, k_max_ms));
+    if (m.delay_ms)
+      ONCEQ_TRY(validate_range(where("envelope.delay_ms"), *m.delay_ms, 0, s.opts.max_delay_ms));
     if (m.retry.max_attempts)
-      ONCEQ_TRY(validate_range(where("envelope.retry_policy.max_attempts"), *m.retry.max_attempts, 0, 1'000'000));
+      ONCEQ_TRY(validate_range(where("envelope.retry_policy.max_attempts"), *m.retry.max_attempts,
+                               0, 1'000'000));
     if (m.retry.backoff_ms)
-      ONCEQ_TRY(validate_range(where("envelope.retry_policy.backoff_ms"), *m.retry.backoff_ms, 0, k_max_ms));
+      ONCEQ_TRY(validate_range(where("envelope.retry_policy.backoff_ms"), *m.retry.backoff_ms, 0,
+                               k_max_ms));
     if (m.retry.max_backoff_ms)
-      ONCEQ_TRY(validate_range(where("envelope.retry_policy.max_backoff_ms"), *m.retry.max_backoff_ms, 0, k_max_ms));
+      ONCEQ_TRY(validate_range(where("envelope.retry_policy.max_backoff_ms"),
+                               *m.retry.max_backoff_ms, 0, k_max_ms));
 
     std::string dedup_id = m.msg_id;
     if (dedup_id.empty() && !cmd.idempotency_header.empty())
@@ -931,6 +1005,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     rec.max_backoff_ms = m.retry.max_backoff_ms.value_or(-1);
     b.put(column::messages, st::keys::message(t.rec.id, p, off), st::encode(rec));
     produced res{p, off, false};
+    fresh.emplace_back(res, std::move(rec));
     if (!dedup_key.empty()) {
       b.put(column::dedup, dedup_key, st::encode(st::dedup_record{now + window, p, off, now}));
       seen.emplace(dedup_id, res);
@@ -939,6 +1014,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     ++stored;
   }
   ONCEQ_TRY(s.write(b));
+  for (auto& [where, rec] : fresh) s.cache_append(t, where.partition, where.offset, std::move(rec));
   for (std::size_t p = 0; p < t.parts.size(); ++p) t.parts[p].next = next[p];
   t.produced += stored;
   t.produce_duplicates += dups;
@@ -953,7 +1029,8 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
   auto& t = **tr;
   ONCEQ_TRY(validate_label("group", cmd.group));
   ONCEQ_TRY(validate_label("owner", cmd.owner));
-  ONCEQ_TRY(validate_range("max_messages", cmd.max_messages, 1, static_cast<std::int64_t>(s.opts.max_batch)));
+  ONCEQ_TRY(validate_range("max_messages", cmd.max_messages, 1,
+                           static_cast<std::int64_t>(s.opts.max_batch)));
   millis lease_ms = cmd.lease_ms.value_or(t.rec.settings.lease_ms);
   ONCEQ_TRY(validate_range("lease_ms", lease_ms, 1, s.opts.max_lease_ms));
   ONCEQ_TRY(s.writable());
@@ -969,7 +1046,8 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
   bool progress = true;
   while (progress && out.size() < static_cast<std::size_t>(cmd.max_messages)) {
     progress = false;
-    for (std::uint32_t i = 0; i < n && out.size() < static_cast<std::size_t>(cmd.max_messages); ++i) {
+    for (std::uint32_t i = 0; i < n && out.size() < static_cast<std::size_t>(cmd.max_messages);
+         ++i) {
       auto p = (g.next_partition + i) % n;
       auto r = s.take_one(t, g, p, cmd, lease_ms, now, b, out);
       if (!r.ok()) return std::move(r).err();
@@ -982,8 +1060,11 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
 }
 
 result<void> broker::ack(const ack_cmd& cmd) {
-  ack_batch_cmd batch{cmd.ref.topic, cmd.ref.group, cmd.ref.owner,
-                      {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts, cmd.result_json}}};
+  ack_batch_cmd batch{
+      cmd.ref.topic,
+      cmd.ref.group,
+      cmd.ref.owner,
+      {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts, cmd.result_json}}};
   auto r = ack_batch(batch);
   if (!r.ok()) return std::move(r).err();
   auto& o = r->front();
@@ -1013,7 +1094,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       if (it == ps.open.end()) {
         // Acked already, auto-acked, dead-lettered or deleted: only the same
         // owner's repeated ack of the same delivery succeeds.
-        auto v = s.store.get(column::deliveries, st::keys::delivery(t->rec.id, g->id, a.partition, a.offset));
+        auto v = s.store.get(column::deliveries,
+                             st::keys::delivery(t->rec.id, g->id, a.partition, a.offset));
         if (v.ok()) {
           auto d = st::decode_delivery(*v);
           if (d.ok() && d->state == st::delivery_state::acked && d->owner == cmd.owner &&
@@ -1021,13 +1103,22 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
             return {};
         }
         ++g->stats.stale_acks_rejected;
-        return fenced("the delivery is no longer open (acked by another delivery, auto-acked or dead-lettered)");
+        return fenced(
+            "the delivery is no longer open (acked by another delivery, auto-acked or "
+            "dead-lettered)");
       }
       auto& d = it->second;
       ONCEQ_TRY(s.check_holder(*g, ref, d));
       ONCEQ_TRY(s.check_key_free(*g, d, a.partition, a.offset));
       if (!d.scope.empty()) {
-        auto k = s.live_key(d.scope, now);
+        // While this delivery holds the key's lease nobody else can commit
+        // it (and it was not committed when delivered): only a lapsed
+        // delivery needs to look.
+        auto held = g->leased_keys.find(d.scope);
+        bool holding = d.state == st::delivery_state::leased && held != g->leased_keys.end() &&
+                       held->second.partition == a.partition && held->second.offset == a.offset;
+        auto k = holding ? result<st::key_record>(make_error(errc::not_found, "held"))
+                         : s.live_key(d.scope, now);
         if (k.ok() && k->state == st::key_state::committed) {
           ++g->stats.stale_acks_rejected;
           return fenced("the message's idempotency key was committed by another delivery");
@@ -1153,7 +1244,8 @@ result<key_info> broker::get_key(const key_query& q) {
     if (k.code() == errc::not_found) return info;
     return std::move(k).err();
   }
-  info.st = k->state == st::key_state::committed ? key_info::state::committed : key_info::state::failed;
+  info.st =
+      k->state == st::key_state::committed ? key_info::state::committed : key_info::state::failed;
   info.owner = k->owner;
   info.partition = k->partition;
   info.offset = k->offset;
@@ -1186,25 +1278,23 @@ result<std::int64_t> broker::redrive(const redrive_cmd& cmd) {
   auto& dp = dlq->parts[0];
   std::uint64_t upto = dp.start;
   std::optional<error> bad;
-  ONCEQ_TRY(s.store.scan(column::messages, st::keys::message(dlq->rec.id, 0, dp.start),
-                         st::keys::message(dlq->rec.id, 0, dp.next),
-                         [&](std::string_view k, std::string_view v) {
-                           auto m = st::decode_message(v);
-                           auto off = st::keys::parse_message_offset(k);
-                           if (!m.ok() || !off.ok()) {
-                             bad = !m.ok() ? m.err() : off.err();
-                             return false;
-                           }
-                           std::uint32_t p = 0;
-                           if (m->dlq && m->dlq->original_partition < t.parts.size())
-                             p = m->dlq->original_partition;
-                           m->dlq.reset();
-                           m->produced_at_ms = now;
-                           b.put(column::messages, st::keys::message(t.rec.id, p, next[p]++),
-                                 st::encode(*m));
-                           upto = *off + 1;
-                           return ++moved < max;
-                         }));
+  ONCEQ_TRY(s.store.scan(
+      column::messages, st::keys::message(dlq->rec.id, 0, dp.start),
+      st::keys::message(dlq->rec.id, 0, dp.next), [&](std::string_view k, std::string_view v) {
+        auto m = st::decode_message(v);
+        auto off = st::keys::parse_message_offset(k);
+        if (!m.ok() || !off.ok()) {
+          bad = !m.ok() ? m.err() : off.err();
+          return false;
+        }
+        std::uint32_t p = 0;
+        if (m->dlq && m->dlq->original_partition < t.parts.size()) p = m->dlq->original_partition;
+        m->dlq.reset();
+        m->produced_at_ms = now;
+        b.put(column::messages, st::keys::message(t.rec.id, p, next[p]++), st::encode(*m));
+        upto = *off + 1;
+        return ++moved < max;
+      }));
   if (bad) return *bad;
   if (moved == 0) return std::int64_t{0};
   b.del_range(column::messages, st::keys::message(dlq->rec.id, 0, dp.start),

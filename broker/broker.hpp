@@ -14,10 +14,13 @@
 namespace onceq {
 
 struct broker_options {
-  std::uint32_t max_partitions = 1024;        // Default: 1024 per topic
-  std::size_t max_batch = 1000;               // Default: 1000 messages / acks per request
-  std::int64_t max_lease_ms = 3'600'000;      // Default: 1 hour
-  std::int64_t max_delay_ms = 31'536'000'000; // Default: 365 days (delay_ms, nack delay_ms)
+  std::uint32_t max_partitions = 1024;         // Default: 1024 per topic
+  std::size_t max_batch = 1000;                // Default: 1000 messages / acks per request
+  std::int64_t max_lease_ms = 3'600'000;       // Default: 1 hour
+  std::int64_t max_delay_ms = 31'536'000'000;  // Default: 365 days (delay_ms, nack delay_ms)
+  // Recently produced messages kept in memory so that consumers near the
+  // tail do not read them back from the store. Default: 64 MiB.
+  std::size_t message_cache_bytes = 64ull << 20;
 };
 
 // The core: topics, partitions, groups, deliveries and leases, idempotency

@@ -90,8 +90,8 @@ struct delivery {
   std::optional<std::string> key;
   std::string value;
   std::string last_error;
-  std::string envelope_json;        // "" if the producer sent none
-  std::optional<dlq_origin> dlq;    // set on messages of dlq.<topic>: envelope.dlq
+  std::string envelope_json;      // "" if the producer sent none
+  std::optional<dlq_origin> dlq;  // set on messages of dlq.<topic>: envelope.dlq
   millis lease_expires_at_ms = 0;
 };
 

@@ -28,7 +28,9 @@ struct runner::key_waiter {
 runner::runner(broker& b, storage::store& store, const clock& time, runner_options opts)
     : broker_(b), store_(store), clock_(time), opts_(opts) {}
 
-runner::~runner() { stop(); }
+runner::~runner() {
+  stop();
+}
 
 void runner::start() {
   std::lock_guard lk(mu_);
@@ -117,8 +119,8 @@ void runner::consume(consume_cmd cmd, millis wait_ms,
 
 void runner::wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done) {
   wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
-  auto w = std::make_shared<key_waiter>(
-      key_waiter{std::move(q), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
+  auto w = std::make_shared<key_waiter>(key_waiter{
+      std::move(q), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job(
       [this, w, wait_ms](broker& b, storage::store&) {

@@ -44,21 +44,23 @@ class runner {
   template <class T>
   void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
     auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
-    post_job([fn = std::move(fn), shared_done](broker& b, storage::store& s) mutable {
-      auto r = fn(b);
-      if (!r.ok()) {
-        (*shared_done)(std::move(r));
-        return;
-      }
-      auto holder = std::make_shared<result<T>>(std::move(r));
-      s.when_durable([holder, shared_done](result<void> durable) {
-        if (!durable.ok()) {
-          (*shared_done)(result<T>(std::move(durable).err()));
-        } else {
-          (*shared_done)(std::move(*holder));
-        }
-      });
-    }, [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+    post_job(
+        [fn = std::move(fn), shared_done](broker& b, storage::store& s) mutable {
+          auto r = fn(b);
+          if (!r.ok()) {
+            (*shared_done)(std::move(r));
+            return;
+          }
+          auto holder = std::make_shared<result<T>>(std::move(r));
+          s.when_durable([holder, shared_done](result<void> durable) {
+            if (!durable.ok()) {
+              (*shared_done)(result<T>(std::move(durable).err()));
+            } else {
+              (*shared_done)(std::move(*holder));
+            }
+          });
+        },
+        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
 
   // consume, and if nothing is available and wait_ms > 0, park until the

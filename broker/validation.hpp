@@ -19,7 +19,8 @@ result<void> validate_label(std::string_view what, std::string_view value);
 // Every setting >= 0, lease_ms > 0.
 result<void> validate_settings(const topic_settings& s);
 // A value within [lo, hi]; the message names the field.
-result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo, std::int64_t hi);
+result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo,
+                            std::int64_t hi);
 
 // min(backoff_ms * 2^(attempts-1), max_backoff_ms), saturating; max 0 = no cap.
 millis retry_delay(std::int64_t attempts, millis backoff_ms, millis max_backoff_ms);

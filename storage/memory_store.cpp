@@ -7,8 +7,12 @@ result<void> memory_store::write(const batch& b) {
   for (const auto& op : b.ops()) {
     auto& m = cols_[static_cast<int>(op.col)];
     switch (op.k) {
-      case batch::kind::put: m.insert_or_assign(op.key, op.value); break;
-      case batch::kind::del: m.erase(op.key); break;
+      case batch::kind::put:
+        m.insert_or_assign(op.key, op.value);
+        break;
+      case batch::kind::del:
+        m.erase(op.key);
+        break;
       case batch::kind::del_range:
         if (op.key < op.value) m.erase(m.lower_bound(op.key), m.lower_bound(op.value));
         break;
@@ -34,8 +38,7 @@ result<void> memory_store::scan(column c, std::string_view begin, std::string_vi
   return {};
 }
 
-result<std::string> memory_store::last_key(column c, std::string_view begin,
-                                           std::string_view end) {
+result<std::string> memory_store::last_key(column c, std::string_view begin, std::string_view end) {
   const auto& m = cols_[static_cast<int>(c)];
   auto it = m.lower_bound(end);
   if (it == m.begin()) return make_error(errc::not_found, "empty range");
@@ -44,6 +47,8 @@ result<std::string> memory_store::last_key(column c, std::string_view begin,
   return it->first;
 }
 
-void memory_store::when_durable(std::function<void(result<void>)> done) { done({}); }
+void memory_store::when_durable(std::function<void(result<void>)> done) {
+  done({});
+}
 
 }  // namespace onceq::storage

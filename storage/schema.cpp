@@ -158,23 +158,35 @@ std::string topic(std::string_view name) {
   k.append(name);
   return k;
 }
-std::string topic_prefix() { return "t"; }
-std::string group(topic_id t, std::string_view name) { return with_prefix('g', t).append(name); }
-std::string group_prefix(topic_id t) { return with_prefix('g', t); }
+std::string topic_prefix() {
+  return "t";
+}
+std::string group(topic_id t, std::string_view name) {
+  return with_prefix('g', t).append(name);
+}
+std::string group_prefix(topic_id t) {
+  return with_prefix('g', t);
+}
 std::string cursor(topic_id t, group_id g, std::uint32_t partition) {
   auto k = with_prefix('c', t);
   put_be32(k, g);
   put_be32(k, partition);
   return k;
 }
-std::string cursor_prefix(topic_id t) { return with_prefix('c', t); }
+std::string cursor_prefix(topic_id t) {
+  return with_prefix('c', t);
+}
 std::string partition_start(topic_id t, std::uint32_t partition) {
   auto k = with_prefix('s', t);
   put_be32(k, partition);
   return k;
 }
-std::string partition_start_prefix(topic_id t) { return with_prefix('s', t); }
-std::string next_topic_id() { return "n"; }
+std::string partition_start_prefix(topic_id t) {
+  return with_prefix('s', t);
+}
+std::string next_topic_id() {
+  return "n";
+}
 
 std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset) {
   std::string k;
@@ -224,7 +236,9 @@ std::string group_begin(topic_id t, group_id g) {
   put_be32(k, g);
   return k;
 }
-std::string group_end(topic_id t, group_id g) { return prefix_end(group_begin(t, g)); }
+std::string group_end(topic_id t, group_id g) {
+  return prefix_end(group_begin(t, g));
+}
 
 result<delivery_key> parse_delivery(std::string_view key) {
   if (key.size() != 20) return corrupt("delivery key");

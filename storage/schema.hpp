@@ -22,13 +22,13 @@ using group_id = std::uint32_t;
 
 // Per-topic settings (spec/API.md POST /v1/topics). Defaults are the spec's.
 struct topic_settings {
-  millis lease_ms = 30'000;          // Default: 30 s
-  std::int64_t max_attempts = 0;     // Default: 0 = unlimited
-  millis backoff_ms = 0;             // Default: 0 = redeliver at once
-  millis max_backoff_ms = 0;         // Default: 0 = no cap
-  millis key_ttl_ms = 604'800'000;   // Default: 7 days; 0 = forever
-  millis dedup_window_ms = 120'000;  // Default: 2 minutes
-  millis retention_ms = 604'800'000; // Default: 7 days; 0 = no age limit
+  millis lease_ms = 30'000;           // Default: 30 s
+  std::int64_t max_attempts = 0;      // Default: 0 = unlimited
+  millis backoff_ms = 0;              // Default: 0 = redeliver at once
+  millis max_backoff_ms = 0;          // Default: 0 = no cap
+  millis key_ttl_ms = 604'800'000;    // Default: 7 days; 0 = forever
+  millis dedup_window_ms = 120'000;   // Default: 2 minutes
+  millis retention_ms = 604'800'000;  // Default: 7 days; 0 = no age limit
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -64,10 +64,10 @@ struct message_record {
   std::string envelope_json;  // the envelope as the producer sent it; "" if none
   std::string idempotency_key;
   std::string tenant_id;
-  std::int64_t key_ttl_ms = -1;       // -1: the topic's
-  std::int64_t max_attempts = -1;     // -1: the topic's (retry_policy)
-  std::int64_t backoff_ms = -1;       // -1: the topic's
-  std::int64_t max_backoff_ms = -1;   // -1: the topic's
+  std::int64_t key_ttl_ms = -1;      // -1: the topic's
+  std::int64_t max_attempts = -1;    // -1: the topic's (retry_policy)
+  std::int64_t backoff_ms = -1;      // -1: the topic's
+  std::int64_t max_backoff_ms = -1;  // -1: the topic's
   std::optional<dlq_origin> dlq;
 };
 

@@ -36,8 +36,7 @@ class store {
                             const visitor& fn) = 0;
 
   // The last key in [begin, end), or errc::not_found.
-  virtual result<std::string> last_key(column c, std::string_view begin,
-                                       std::string_view end) = 0;
+  virtual result<std::string> last_key(column c, std::string_view begin, std::string_view end) = 0;
 
   // Calls done once every write that returned before this call is durable
   // under the fsync policy (at once when the policy does not wait). Callbacks

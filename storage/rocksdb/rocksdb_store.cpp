@@ -218,7 +218,14 @@ struct rocksdb_store::impl {
     }
     o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
 
-    if (c == column::keys || c == column::dedup) o.compaction_filter = filter_.get();
+    if (c == column::keys || c == column::dedup) {
+      o.compaction_filter = filter_.get();
+      // Most lookups here miss (a new idempotency key, a new msg_id): a
+      // whole-key bloom filter on the memtable answers those without walking
+      // the skiplist.
+      o.memtable_prefix_bloom_size_ratio = 0.05;
+      o.memtable_whole_key_filtering = true;
+    }
     return o;
   }
 

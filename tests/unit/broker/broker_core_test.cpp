@@ -1,4 +1,6 @@
 // Topics, partitions, groups, leases and fencing (issue: the broker core).
+#include <map>
+
 #include "broker/validation.hpp"
 #include "tests/unit/broker/broker_test_support.hpp"
 
@@ -226,9 +228,11 @@ TEST_F(BrokerTest, AckBatchReportsEachAck) {
   produce("t", "x");
   produce("t", "y");
   auto d = consume("t", "g", "a", 2);
-  ack_batch_cmd cmd{"t", "g", "a",
-                    {ack_item{0, d[0].offset, {}, {}}, ack_item{0, 99, {}, {}},
-                     ack_item{0, d[1].offset, 7, {}}}};
+  ack_batch_cmd cmd{
+      "t",
+      "g",
+      "a",
+      {ack_item{0, d[0].offset, {}, {}}, ack_item{0, 99, {}, {}}, ack_item{0, d[1].offset, 7, {}}}};
   auto r = b().ack_batch(cmd);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->size(), 3u);
@@ -279,6 +283,27 @@ TEST_F(BrokerTest, RoundRobinAcrossPartitions) {
   std::set<std::uint32_t> parts;
   for (auto& d : got) parts.insert(d.partition);
   EXPECT_EQ(parts.size(), 3u);
+}
+
+TEST_F(BrokerTest, SmallMessageCacheStillDeliversEveryValueInOrder) {
+  broker_options opts;
+  opts.message_cache_bytes = 2000;  // a handful of messages
+  restart(opts);
+  create("t", 3);
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::string> sent;
+  for (int i = 0; i < 60; ++i) {
+    auto m = msg("value-" + std::to_string(i));
+    m.key = "k" + std::to_string(i % 7);
+    auto p = produce("t", m);
+    sent[{p.partition, p.offset}] = "value-" + std::to_string(i);
+  }
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::string> got;
+  for (;;) {
+    auto batch = consume("t", "g", "a", 7);
+    if (batch.empty()) break;
+    for (auto& d : batch) got[{d.partition, d.offset}] = d.value;
+  }
+  EXPECT_EQ(got, sent);
 }
 
 }  // namespace

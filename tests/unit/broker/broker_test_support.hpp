@@ -18,9 +18,9 @@ class BrokerTest : public ::testing::Test {
  protected:
   BrokerTest() { restart(); }
 
-  void restart() {
+  void restart(broker_options opts = {}) {
     broker_.reset();
-    broker_ = std::make_unique<broker>(store_, clock_);
+    broker_ = std::make_unique<broker>(store_, clock_, opts);
     auto r = broker_->recover();
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
