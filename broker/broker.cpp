@@ -487,6 +487,18 @@ struct broker::state {
       b.del(column::deliveries, st::keys::delivery(t.rec.id, g.id, p, off));
       return false;
     }
+    const auto retention = t.rec.settings.retention_ms;
+    if (retention > 0 && m->produced_at_ms + retention <= now) {
+      // Expired: never delivered again, whatever the retention run's pace.
+      auto open = ps.open.find(off);
+      if (open != ps.open.end()) {
+        auto scope = open->second.scope;
+        close_delivery(g, p, off);
+        release_key(t, g, scope, p, off, now);
+        b.del(column::deliveries, st::keys::delivery(t.rec.id, g.id, p, off));
+      }
+      return false;
+    }
     auto [it, fresh] = ps.open.try_emplace(off);
     auto& d = it->second;
     if (!d.known) fill_from_message(t, g, d, *m);
@@ -820,6 +832,8 @@ result<topic_created> broker::create_topic(const create_topic_cmd& cmd) {
   ONCEQ_TRY(validate_topic_name(cmd.name));
   ONCEQ_TRY(validate_range("partitions", cmd.partitions, 1, s.opts.max_partitions));
   ONCEQ_TRY(validate_settings(cmd.settings));
+  // The topic's lease is the consumers' default: it must be one they may use.
+  ONCEQ_TRY(validate_range("lease_ms", cmd.settings.lease_ms, 1, s.opts.max_lease_ms));
   ONCEQ_TRY(s.writable());
   if (auto* t = s.find_topic(cmd.name)) {
     if (t->rec.partitions == static_cast<std::uint32_t>(cmd.partitions) &&

@@ -32,6 +32,9 @@ TEST_F(BrokerTest, CreateTopicRejectsBadInputAndChangesNothing) {
   s = {};
   s.backoff_ms = -1;
   EXPECT_EQ(b().create_topic(create_topic_cmd{"t", 1, s}).code(), errc::invalid_argument);
+  s = {};
+  s.lease_ms = broker_options{}.max_lease_ms + 1;  // consumers could never use it
+  EXPECT_EQ(b().create_topic(create_topic_cmd{"t", 1, s}).code(), errc::invalid_argument);
   EXPECT_TRUE(b().list_topics().empty());
   EXPECT_EQ(store_.writes(), 0u);
 }

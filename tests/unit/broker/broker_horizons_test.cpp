@@ -241,5 +241,17 @@ TEST_F(BrokerTest, RetentionDropsOldMessagesAckedOrNot) {
   EXPECT_EQ(stats("t", "g").inflight, 1u);
 }
 
+TEST_F(BrokerTest, ExpiredMessageIsNeverDeliveredEvenBeforeTheRetentionRun) {
+  topic_settings s;
+  s.retention_ms = 300;
+  create("t", 1, s);
+  produce("t", "old");
+  clock_.advance(450);  // no tick: the retention run has not happened
+  produce("t", "new");
+  auto got = consume("t", "g", "a");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].value, "new");
+}
+
 }  // namespace
 }  // namespace onceq::testing
