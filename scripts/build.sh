@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Configures (Release, Ninja) and builds onceq in ./build. Idempotent: a
+# second run only rebuilds what changed.
+#   scripts/build.sh [target...]    e.g. scripts/build.sh onceqd
+# Environment: BUILD_DIR (default build), JOBS (default nproc),
+# CMAKE_ARGS (extra configure arguments, e.g. -DONCEQ_BUILD_BENCH=OFF).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir="${BUILD_DIR:-build}"
+jobs="${JOBS:-$(nproc)}"
+
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+
+targets=()
+for t in "$@"; do
+  targets+=(--target "$t")
+done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"

@@ -1,0 +1,188 @@
+#pragma once
+
+// Shared fixture and helpers for the integration tests: one real onceqd per
+// test (see server_process.hpp) and a keep-alive client to it.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http_client.hpp"
+#include "server_process.hpp"
+
+namespace onceq::itest {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+inline std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// prefix followed by n in decimal ("m" + std::to_string(n) trips a GCC 12
+// -Wrestrict false positive at -O3).
+inline std::string numbered(std::string_view prefix, long long n) {
+  std::string out(prefix);
+  out += std::to_string(n);
+  return out;
+}
+
+// Percent-encodes a query parameter value.
+inline std::string url_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Checks the spec's error shape: status, {"error":code,"message":str} and an
+// X-Request-Id header.
+inline ::testing::AssertionResult is_error(const http_response& res, unsigned status,
+                                           std::string_view code) {
+  if (res.status != status) {
+    return ::testing::AssertionFailure()
+           << "status " << res.status << " (want " << status << "), body: " << res.body;
+  }
+  if (!res.has_header("X-Request-Id") || res.header("X-Request-Id").empty()) {
+    return ::testing::AssertionFailure() << "no X-Request-Id header";
+  }
+  json body;
+  try {
+    body = res.json();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "body is not JSON: '" << res.body << "'";
+  }
+  if (!body.is_object() || !body.contains("error") || body["error"] != code) {
+    return ::testing::AssertionFailure() << "error code (want " << code << "), body: " << res.body;
+  }
+  if (!body.contains("message") || !body["message"].is_string()) {
+    return ::testing::AssertionFailure() << "no string \"message\", body: " << res.body;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class onceq_test : public ::testing::Test {
+ protected:
+  void SetUp() override { start_server({}); }
+
+  void start_server(server_process::options opts) {
+    server_ = std::make_unique<server_process>(std::move(opts));
+    client_ = std::make_unique<http_client>(server_->port());
+  }
+  // After a restart the port changes: reconnect the default client.
+  void restart_server() {
+    client_.reset();
+    server_->start();
+    client_ = std::make_unique<http_client>(server_->port());
+  }
+
+  http_client& client() { return *client_; }
+  std::uint16_t port() const { return server_->port(); }
+
+  void create_topic(const std::string& name, int partitions = 1, json extra = json::object()) {
+    json body = extra;
+    body["name"] = name;
+    body["partitions"] = partitions;
+    auto res = client().post("/v1/topics", body);
+    ASSERT_EQ(res.status, 201u) << res.body;
+  }
+
+  // Produces one message; returns the answer's JSON (status checked).
+  json produce(http_client& c, const std::string& topic, const std::string& value,
+               std::optional<std::string> key = std::nullopt,
+               std::optional<json> envelope = std::nullopt) {
+    json body = {{"topic", topic}, {"value", value}};
+    if (key) body["key"] = *key;
+    if (envelope) body["envelope"] = *envelope;
+    auto res = c.post("/v1/produce", body);
+    EXPECT_EQ(res.status, 200u) << res.body;
+    return res.status == 200 ? res.json() : json();
+  }
+  json produce(const std::string& topic, const std::string& value,
+               std::optional<std::string> key = std::nullopt,
+               std::optional<json> envelope = std::nullopt) {
+    return produce(client(), topic, value, std::move(key), std::move(envelope));
+  }
+
+  // Long-poll consume; returns the delivered messages (status checked).
+  std::vector<json> consume(http_client& c, const std::string& topic, const std::string& group,
+                            const std::string& owner, int max_messages,
+                            std::optional<std::int64_t> lease_ms = std::nullopt,
+                            std::int64_t wait_ms = 0) {
+    json body = {{"topic", topic},
+                 {"group", group},
+                 {"owner", owner},
+                 {"max_messages", max_messages},
+                 {"wait_ms", wait_ms}};
+    if (lease_ms) body["lease_ms"] = *lease_ms;
+    auto res = c.post("/v1/consume", body);
+    EXPECT_EQ(res.status, 200u) << res.body;
+    if (res.status != 200) return {};
+    return res.ndjson();
+  }
+  std::vector<json> consume(const std::string& topic, const std::string& group,
+                            const std::string& owner, int max_messages,
+                            std::optional<std::int64_t> lease_ms = std::nullopt,
+                            std::int64_t wait_ms = 0) {
+    return consume(client(), topic, group, owner, max_messages, lease_ms, wait_ms);
+  }
+
+  http_response ack(http_client& c, const std::string& topic, const std::string& group,
+                    const std::string& owner, const json& msg,
+                    std::optional<json> result = std::nullopt) {
+    json body = {{"topic", topic},
+                 {"group", group},
+                 {"owner", owner},
+                 {"partition", msg.at("partition")},
+                 {"offset", msg.at("offset")}};
+    if (result) body["result"] = *result;
+    return c.post("/v1/ack", body);
+  }
+  http_response ack(const std::string& topic, const std::string& group, const std::string& owner,
+                    const json& msg, std::optional<json> result = std::nullopt) {
+    return ack(client(), topic, group, owner, msg, std::move(result));
+  }
+
+  // Consumes everything currently available to group (lease 60 s), at most
+  // max_rounds batches of 1000.
+  std::vector<json> drain(const std::string& topic, const std::string& group,
+                          const std::string& owner, int max_rounds = 100) {
+    std::vector<json> all;
+    for (int i = 0; i < max_rounds; ++i) {
+      auto batch = consume(topic, group, owner, 1000, 60'000);
+      if (batch.empty()) break;
+      all.insert(all.end(), batch.begin(), batch.end());
+    }
+    return all;
+  }
+
+  json topic_info(const std::string& name) {
+    auto res = client().get("/v1/topics/" + name);
+    EXPECT_EQ(res.status, 200u) << res.body;
+    return res.status == 200 ? res.json() : json();
+  }
+
+  std::unique_ptr<server_process> server_;
+  std::unique_ptr<http_client> client_;
+};
+
+}  // namespace onceq::itest
