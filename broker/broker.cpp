@@ -85,6 +85,11 @@ struct partition {
   // [tail_base, tail_base + tail.size()), the newest ones.
   std::uint64_t tail_base = 0;
   std::deque<st::message_record> tail;
+  // Read-ahead for consumers behind the cache: one scan reads a run of
+  // messages instead of one point lookup each. Messages are immutable, so
+  // it stays valid until replaced (retention is checked against start).
+  std::uint64_t ahead_base = 0;
+  std::vector<std::optional<st::message_record>> ahead;
 };
 
 std::size_t cached_size(const st::message_record& m) {
@@ -141,6 +146,34 @@ struct broker::state {
   };
   std::deque<cached> cache_order;
   std::size_t cache_bytes = 0;
+
+  static constexpr std::uint64_t k_read_ahead_max = 1000;
+
+  void fill_read_ahead(topic& t, std::uint32_t p, std::uint64_t from, std::uint64_t want) {
+    auto& part = t.parts[p];
+    if (from >= part.tail_base && from - part.tail_base < part.tail.size()) return;  // cached
+    if (from >= part.ahead_base && from - part.ahead_base < part.ahead.size()) return;
+    // This partition's share of the consume, so that round robin over many
+    // partitions does not read far ahead on each.
+    want = std::clamp<std::uint64_t>(want / t.parts.size(), 16, k_read_ahead_max);
+    auto upto = std::min(part.next, from + want);
+    if (part.tail_base > from) upto = std::min(upto, part.tail_base);
+    if (upto <= from) return;
+    part.ahead_base = from;
+    part.ahead.clear();
+    part.ahead.resize(upto - from);
+    auto scanned = store.scan(column::messages, st::keys::message(t.rec.id, p, from),
+                              st::keys::message(t.rec.id, p, upto),
+                              [&](std::string_view k, std::string_view v) {
+                                auto off = st::keys::parse_message_offset(k);
+                                auto m = st::decode_message(v);
+                                if (off.ok() && m.ok() && *off >= from && *off < upto)
+                                  part.ahead[*off - from] = std::move(*m);
+                                return true;
+                              });
+    // A failed scan leaves holes: those offsets fall back to point lookups.
+    if (!scanned.ok()) part.ahead.clear();
+  }
 
   void cache_append(topic& t, std::uint32_t p, std::uint64_t off, st::message_record m) {
     if (opts.message_cache_bytes == 0) return;
@@ -242,6 +275,9 @@ struct broker::state {
     if (off < part.start) return make_error(errc::not_found, "message deleted by retention");
     if (off >= part.tail_base && off - part.tail_base < part.tail.size())
       return part.tail[off - part.tail_base];
+    if (off >= part.ahead_base && off - part.ahead_base < part.ahead.size() &&
+        part.ahead[off - part.ahead_base])
+      return *part.ahead[off - part.ahead_base];
     auto v = store.get(column::messages, st::keys::message(t.rec.id, p, off));
     if (!v.ok()) return std::move(v).err();
     return st::decode_message(*v);
@@ -572,6 +608,7 @@ struct broker::state {
       } else if (ps.cursor < part.next) {
         off = ps.cursor++;
         put_cursor(b, t, g, p);
+        fill_read_ahead(t, p, off, static_cast<std::uint64_t>(cmd.max_messages) - out.size());
       } else {
         return false;
       }
