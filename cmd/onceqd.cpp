@@ -1,0 +1,145 @@
+// onceqd: the server. Parses flags, opens the store, recovers the broker,
+// starts the core runner and the HTTP server, and shuts down cleanly on
+// SIGTERM/SIGINT. The only place where objects are created and wired.
+
+#include <csignal>
+#include <cstdio>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "broker/broker.hpp"
+#include "broker/runner.hpp"
+#include "cmd/config.hpp"
+#include "http/router.hpp"
+#include "http/server.hpp"
+#include "storage/rocksdb/rocksdb_store.hpp"
+
+#ifndef ONCEQ_VERSION
+#define ONCEQ_VERSION "0.0.0"
+#endif
+#ifndef ONCEQ_COMMIT
+#define ONCEQ_COMMIT "unknown"
+#endif
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace onceq;
+
+constexpr int k_exit_failure = 1;
+constexpr int k_exit_usage = 2;
+
+int serve(cmd::config cfg) {
+  // Writes to a closed socket report EPIPE instead of killing the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  cfg.http.version = ONCEQ_VERSION;
+  cfg.http.commit = ONCEQ_COMMIT;
+
+  // Declared first, destroyed last: the store's destructor may still run
+  // durability callbacks that post to it (into the void once it stopped).
+  asio::io_context ioc(static_cast<int>(cfg.http.threads));
+
+  system_clock clock;
+  cfg.storage.time = &clock;
+  auto opened = storage::rocksdb_store::open(cfg.storage);
+  if (!opened.ok()) {
+    fmt::print(stderr, "onceqd: cannot open the store in {}: {}\n", cfg.storage.data_dir,
+               opened.err().message);
+    return k_exit_failure;
+  }
+  std::unique_ptr<storage::rocksdb_store> store = std::move(*opened);
+
+  broker core(*store, clock, cfg.broker);
+  if (auto r = core.recover(); !r.ok()) {
+    fmt::print(stderr, "onceqd: recovery failed: {}\n", r.err().message);
+    return k_exit_failure;
+  }
+  runner run(core, *store, clock, cfg.runner);
+  run.start();
+
+  http::router routes(run, clock, cfg.http);
+  {
+    http::server srv(ioc, routes, cfg.http);
+    auto bound = srv.listen();
+    if (!bound.ok()) {
+      fmt::print(stderr, "onceqd: {}\n", bound.err().message);
+      run.stop();
+      return k_exit_failure;
+    }
+    srv.start();
+
+    std::promise<int> stop_signal;
+    asio::signal_set signals(ioc, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      stop_signal.set_value(sig);
+      // A second signal while shutting down: give up at once.
+      signals.async_wait([](const boost::system::error_code& ec2, int) {
+        if (!ec2) std::_Exit(k_exit_failure);
+      });
+    });
+
+    auto work = asio::make_work_guard(ioc);
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < cfg.http.threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+
+    const auto addr = bound->address();
+    fmt::print("onceqd listening on {}:{}\n",
+               addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string(), bound->port());
+    std::fflush(stdout);
+
+    int sig = stop_signal.get_future().get();
+    fmt::print(stderr, "onceqd: signal {}, shutting down\n", sig);
+
+    // Stop accepting and close idle connections; then stop the core, which
+    // answers parked long-polls and releases every pending answer.
+    srv.stop();
+    run.stop();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.shutdown_grace_ms);
+    while (srv.session_count() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (srv.session_count() > 0) {
+      fmt::print(stderr, "onceqd: {} connection(s) still open after {} ms, closing them\n",
+                 srv.session_count(), cfg.shutdown_grace_ms);
+    }
+    signals.cancel();
+    work.reset();
+    ioc.stop();
+    for (auto& t : threads) t.join();
+  }
+  fmt::print(stderr, "onceqd: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  auto cfg = cmd::parse_args(args);
+  if (!cfg.ok()) {
+    fmt::print(stderr, "onceqd: {}\nTry 'onceqd --help'.\n", cfg.err().message);
+    return k_exit_usage;
+  }
+  if (cfg->show_help) {
+    fmt::print("{}", cmd::usage());
+    return 0;
+  }
+  if (cfg->show_version) {
+    fmt::print("onceqd {} ({})\n", ONCEQ_VERSION, ONCEQ_COMMIT);
+    return 0;
+  }
+  try {
+    return serve(std::move(*cfg));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "onceqd: fatal: {}\n", e.what());
+    return k_exit_failure;
+  }
+}

@@ -1,0 +1,508 @@
+#include "http/codec.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "http/rfc3339.hpp"
+
+namespace onceq::http {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::int64_t k_int_max = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t k_u32_max = std::numeric_limits<std::uint32_t>::max();
+constexpr std::size_t k_max_idempotency_header = 1024;
+
+// Parse errors travel as this exception inside this file only; every public
+// function turns it into errc::invalid_argument.
+struct bad_input {
+  std::string message;
+};
+
+[[noreturn]] void fail(std::string message) {
+  throw bad_input{std::move(message)};
+}
+
+// Strict decimal: an optional '-', then digits; nothing else.
+std::optional<std::int64_t> parse_decimal(std::string_view s) {
+  if (s.empty() || s.front() == '+') return std::nullopt;
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Reads the fields of one JSON object, naming them by their path in errors.
+class reader {
+ public:
+  reader(const json& obj, std::string where, bool from_query = false)
+      : obj_(obj), where_(std::move(where)), from_query_(from_query) {
+    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_));
+  }
+
+  std::string path(std::string_view name) const {
+    return where_.empty() ? std::string(name) : fmt::format("{}.{}", where_, name);
+  }
+
+  // Rejects every field not in names (typos must not pass silently).
+  void only(std::initializer_list<std::string_view> names) const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (std::find(names.begin(), names.end(), it.key()) == names.end()) {
+        fail(fmt::format("unknown field '{}'", path(it.key())));
+      }
+    }
+  }
+
+  bool has(std::string_view name) const { return obj_.contains(name); }
+
+  // The field, or nullptr when absent; null is never a valid value.
+  const json* find(std::string_view name) const {
+    auto it = obj_.find(name);
+    if (it == obj_.end()) return nullptr;
+    if (it->is_null()) fail(fmt::format("{} must not be null", path(name)));
+    return &*it;
+  }
+
+  const json& require(std::string_view name) const {
+    const json* v = find(name);
+    if (v == nullptr) fail(fmt::format("{} is required", path(name)));
+    return *v;
+  }
+
+  std::optional<std::string> opt_string(std::string_view name) const {
+    const json* v = find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) fail(fmt::format("{} must be a string", path(name)));
+    return v->get<std::string>();
+  }
+
+  std::string req_string(std::string_view name) const {
+    auto s = opt_string(name);
+    if (!s) fail(fmt::format("{} is required", path(name)));
+    return std::move(*s);
+  }
+
+  std::optional<std::int64_t> opt_int(std::string_view name, std::int64_t lo,
+                                      std::int64_t hi = k_int_max) const {
+    const json* v = find(name);
+    if (v == nullptr) return std::nullopt;
+    std::int64_t x = 0;
+    if (from_query_ && v->is_string()) {
+      auto d = parse_decimal(v->get_ref<const std::string&>());
+      if (!d) fail(fmt::format("{} must be a decimal integer", path(name)));
+      x = *d;
+    } else if (v->is_number_unsigned()) {
+      auto u = v->get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(k_int_max)) out_of_range(name, lo, hi);
+      x = static_cast<std::int64_t>(u);
+    } else if (v->is_number_integer()) {
+      x = v->get<std::int64_t>();
+    } else {
+      fail(fmt::format("{} must be an integer", path(name)));
+    }
+    if (x < lo || x > hi) out_of_range(name, lo, hi);
+    return x;
+  }
+
+  std::int64_t req_int(std::string_view name, std::int64_t lo, std::int64_t hi = k_int_max) const {
+    auto v = opt_int(name, lo, hi);
+    if (!v) fail(fmt::format("{} is required", path(name)));
+    return *v;
+  }
+
+  std::string req_topic(std::string_view name) const {
+    std::string s = req_string(name);
+    if (!valid_topic_name(s)) {
+      fail(fmt::format("{} must match [A-Za-z0-9._-]{{1,200}}", path(name)));
+    }
+    return s;
+  }
+
+  // group, owner: 1..200 bytes.
+  std::string req_label(std::string_view name) const {
+    std::string s = req_string(name);
+    if (s.empty() || s.size() > k_max_label_bytes) {
+      fail(fmt::format("{} must be 1..{} bytes", path(name), k_max_label_bytes));
+    }
+    return s;
+  }
+
+  const json& obj() const { return obj_; }
+
+ private:
+  [[noreturn]] void out_of_range(std::string_view name, std::int64_t lo, std::int64_t hi) const {
+    if (hi == k_int_max) fail(fmt::format("{} must be >= {}", path(name), lo));
+    fail(fmt::format("{} must be between {} and {}", path(name), lo, hi));
+  }
+
+  const json& obj_;
+  std::string where_;
+  bool from_query_;
+};
+
+reader top(const params& p) {
+  return reader(p.obj, "", p.from_query);
+}
+
+// Runs fn, turning a bad_input into errc::invalid_argument.
+template <class T, class Fn>
+result<T> guarded(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const bad_input& e) {
+    return make_error(errc::invalid_argument, e.message);
+  }
+}
+
+const json& require_array(const reader& r, std::string_view name, std::size_t max) {
+  const json& a = r.require(name);
+  if (!a.is_array()) fail(fmt::format("{} must be an array", r.path(name)));
+  if (a.empty() || a.size() > max) {
+    fail(fmt::format("{} must hold 1..{} items", r.path(name), max));
+  }
+  return a;
+}
+
+void read_envelope(const json& env, message_in& m, const std::string& where) {
+  reader r(env, where);
+  r.only({"idempotency_key", "tenant_id", "run_id", "step_id", "parent_step_id", "target_topic",
+          "partition_override", "deadline", "retry_policy", "msg_id", "key_ttl_ms", "delay_ms",
+          "headers"});
+  if (auto v = r.opt_string("idempotency_key")) m.idempotency_key = std::move(*v);
+  if (auto v = r.opt_string("tenant_id")) m.tenant_id = std::move(*v);
+  if (auto v = r.opt_string("msg_id")) m.msg_id = std::move(*v);
+  // Echoed to consumers only; checked for type.
+  (void)r.opt_string("run_id");
+  (void)r.opt_string("step_id");
+  (void)r.opt_string("parent_step_id");
+  (void)r.opt_string("target_topic");
+  m.partition_override = r.opt_int("partition_override", 0, k_u32_max);
+  m.key_ttl_ms = r.opt_int("key_ttl_ms", 0);
+  m.delay_ms = r.opt_int("delay_ms", 0);
+  if (auto d = r.opt_string("deadline")) {
+    auto ms = parse_rfc3339(*d);
+    if (!ms.ok()) fail(fmt::format("{} is {}", r.path("deadline"), ms.err().message));
+    m.deadline_ms = *ms;
+  }
+  if (const json* rp = r.find("retry_policy")) {
+    reader p(*rp, r.path("retry_policy"));
+    p.only({"max_attempts", "backoff_ms", "max_backoff_ms"});
+    m.retry.max_attempts = p.opt_int("max_attempts", 0);
+    m.retry.backoff_ms = p.opt_int("backoff_ms", 0);
+    m.retry.max_backoff_ms = p.opt_int("max_backoff_ms", 0);
+  }
+  if (const json* h = r.find("headers")) {
+    if (!h->is_object()) fail(fmt::format("{} must be an object", r.path("headers")));
+    for (auto it = h->begin(); it != h->end(); ++it) {
+      if (!it->is_string()) {
+        fail(fmt::format("{}.{} must be a string", r.path("headers"), it.key()));
+      }
+    }
+  }
+  m.envelope_json = dump(env);
+}
+
+message_in read_message(const reader& r) {
+  message_in m;
+  m.key = r.opt_string("key");
+  m.value = r.req_string("value");
+  if (m.value.empty()) fail(fmt::format("{} must be a non-empty string", r.path("value")));
+  if (const json* env = r.find("envelope")) read_envelope(*env, m, r.path("envelope"));
+  return m;
+}
+
+delivery_ref read_ref(const reader& r) {
+  delivery_ref ref;
+  ref.topic = r.req_topic("topic");
+  ref.group = r.req_label("group");
+  ref.owner = r.req_label("owner");
+  ref.partition = static_cast<std::uint32_t>(r.req_int("partition", 0, k_u32_max));
+  ref.offset = static_cast<std::uint64_t>(r.req_int("offset", 0));
+  ref.attempts = r.opt_int("attempts", 0);
+  return ref;
+}
+
+std::string read_result(const reader& r) {
+  const json* res = r.find("result");
+  return res == nullptr ? std::string{} : dump(*res);
+}
+
+}  // namespace
+
+bool valid_topic_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > k_max_label_bytes) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+result<create_topic_cmd> parse_create_topic(const params& p, const topic_settings& defaults) {
+  return guarded<create_topic_cmd>([&] {
+    reader r = top(p);
+    r.only({"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
+            "key_ttl_ms", "dedup_window_ms", "retention_ms"});
+    create_topic_cmd c;
+    c.name = r.req_topic("name");
+    c.partitions = r.opt_int("partitions", 1).value_or(1);
+    c.settings = defaults;
+    auto& s = c.settings;
+    s.lease_ms = r.opt_int("lease_ms", 1).value_or(s.lease_ms);
+    s.max_attempts = r.opt_int("max_attempts", 0).value_or(s.max_attempts);
+    s.backoff_ms = r.opt_int("backoff_ms", 0).value_or(s.backoff_ms);
+    s.max_backoff_ms = r.opt_int("max_backoff_ms", 0).value_or(s.max_backoff_ms);
+    s.key_ttl_ms = r.opt_int("key_ttl_ms", 0).value_or(s.key_ttl_ms);
+    s.dedup_window_ms = r.opt_int("dedup_window_ms", 0).value_or(s.dedup_window_ms);
+    s.retention_ms = r.opt_int("retention_ms", 0).value_or(s.retention_ms);
+    return c;
+  });
+}
+
+result<void> parse_envelope(const json& env, message_in& m, std::string_view where) {
+  try {
+    read_envelope(env, m, std::string(where));
+    return {};
+  } catch (const bad_input& e) {
+    return make_error(errc::invalid_argument, e.message);
+  }
+}
+
+result<produce_request> parse_produce(const params& p, std::string_view idempotency_header) {
+  return guarded<produce_request>([&] {
+    reader r = top(p);
+    produce_request out;
+    if (r.has("messages")) {
+      r.only({"topic", "messages"});
+      out.batch = true;
+      out.cmd.topic = r.req_topic("topic");
+      const json& msgs = require_array(r, "messages", k_max_batch);
+      out.cmd.messages.reserve(msgs.size());
+      for (std::size_t i = 0; i < msgs.size(); ++i) {
+        reader m(msgs[i], fmt::format("messages[{}]", i));
+        m.only({"key", "value", "envelope"});
+        out.cmd.messages.push_back(read_message(m));
+      }
+    } else {
+      r.only({"topic", "key", "value", "envelope"});
+      out.cmd.topic = r.req_topic("topic");
+      out.cmd.messages.push_back(read_message(r));
+    }
+    if (idempotency_header.size() > k_max_idempotency_header) {
+      fail(fmt::format("the Idempotency-Key header must be at most {} bytes",
+                       k_max_idempotency_header));
+    }
+    out.cmd.idempotency_header = std::string(idempotency_header);
+    return out;
+  });
+}
+
+result<consume_request> parse_consume(const params& p) {
+  return guarded<consume_request>([&] {
+    reader r = top(p);
+    r.only({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms"});
+    consume_request out;
+    out.cmd.topic = r.req_topic("topic");
+    out.cmd.group = r.req_label("group");
+    out.cmd.owner = r.req_label("owner");
+    out.cmd.lease_ms = r.opt_int("lease_ms", 1);
+    auto max = r.opt_int("max_messages", 1, static_cast<std::int64_t>(k_max_batch));
+    out.stream = !max.has_value();
+    out.cmd.max_messages = max.value_or(1);
+    out.wait_ms = r.opt_int("wait_ms", 0, k_max_wait_ms).value_or(0);
+    return out;
+  });
+}
+
+result<ack_request> parse_ack(const params& p) {
+  return guarded<ack_request>([&]() -> ack_request {
+    reader r = top(p);
+    if (r.has("acks")) {
+      r.only({"topic", "group", "owner", "acks"});
+      ack_batch_cmd b;
+      b.topic = r.req_topic("topic");
+      b.group = r.req_label("group");
+      b.owner = r.req_label("owner");
+      const json& acks = require_array(r, "acks", k_max_batch);
+      b.acks.reserve(acks.size());
+      for (std::size_t i = 0; i < acks.size(); ++i) {
+        reader a(acks[i], fmt::format("acks[{}]", i));
+        a.only({"partition", "offset", "attempts", "result"});
+        ack_item item;
+        item.partition = static_cast<std::uint32_t>(a.req_int("partition", 0, k_u32_max));
+        item.offset = static_cast<std::uint64_t>(a.req_int("offset", 0));
+        item.attempts = a.opt_int("attempts", 0);
+        item.result_json = read_result(a);
+        b.acks.push_back(std::move(item));
+      }
+      return b;
+    }
+    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "result"});
+    ack_cmd c;
+    c.ref = read_ref(r);
+    c.result_json = read_result(r);
+    return c;
+  });
+}
+
+result<nack_cmd> parse_nack(const params& p) {
+  return guarded<nack_cmd>([&] {
+    reader r = top(p);
+    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "reason", "delay_ms"});
+    nack_cmd c;
+    c.ref = read_ref(r);
+    if (auto reason = r.opt_string("reason")) c.reason = std::move(*reason);
+    c.delay_ms = r.opt_int("delay_ms", 0);
+    return c;
+  });
+}
+
+result<extend_cmd> parse_extend(const params& p) {
+  return guarded<extend_cmd>([&] {
+    reader r = top(p);
+    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "lease_ms"});
+    extend_cmd c;
+    c.ref = read_ref(r);
+    c.lease_ms = r.req_int("lease_ms", 1);
+    return c;
+  });
+}
+
+result<key_request> parse_key_query(const params& p) {
+  return guarded<key_request>([&] {
+    reader r = top(p);
+    r.only({"topic", "group", "key", "tenant_id", "wait_ms"});
+    key_request out;
+    out.q.topic = r.req_topic("topic");
+    out.q.group = r.req_label("group");
+    out.q.key = r.req_string("key");
+    if (out.q.key.empty()) fail("key must be a non-empty string");
+    out.q.tenant_id = r.opt_string("tenant_id").value_or("");
+    out.wait_ms = r.opt_int("wait_ms", 0, k_max_wait_ms).value_or(0);
+    return out;
+  });
+}
+
+result<redrive_cmd> parse_redrive(const params& p) {
+  return guarded<redrive_cmd>([&] {
+    reader r = top(p);
+    r.only({"topic", "max_messages"});
+    redrive_cmd c;
+    c.topic = r.req_topic("topic");
+    c.max_messages = r.opt_int("max_messages", 1);
+    return c;
+  });
+}
+
+// ---- replies ---------------------------------------------------------------
+
+json to_json(const topic_created& c) {
+  return {{"status", "created"}, {"name", c.name}, {"partitions", c.partitions}};
+}
+
+json to_json(const produce_reply& r, std::string_view topic, bool batch) {
+  if (!batch) {
+    const produced& p = r.results.at(0);
+    return {{"status", "produced"},
+            {"topic", topic},
+            {"partition", p.partition},
+            {"offset", p.offset},
+            {"duplicate", p.duplicate}};
+  }
+  json results = json::array();
+  for (const auto& p : r.results) {
+    results.push_back(
+        {{"partition", p.partition}, {"offset", p.offset}, {"duplicate", p.duplicate}});
+  }
+  return {{"status", "produced"}, {"topic", topic}, {"results", std::move(results)}};
+}
+
+json to_json(const topic_settings& s) {
+  return {{"lease_ms", s.lease_ms},        {"max_attempts", s.max_attempts},
+          {"backoff_ms", s.backoff_ms},    {"max_backoff_ms", s.max_backoff_ms},
+          {"key_ttl_ms", s.key_ttl_ms},    {"dedup_window_ms", s.dedup_window_ms},
+          {"retention_ms", s.retention_ms}};
+}
+
+json to_json(const topic_info& t) {
+  json groups = json::object();
+  for (const auto& [name, g] : t.groups) {
+    groups[name] = {{"backlog", g.backlog},
+                    {"inflight", g.inflight},
+                    {"acked", g.acked},
+                    {"auto_acked", g.auto_acked},
+                    {"redelivered", g.redelivered},
+                    {"dead_lettered", g.dead_lettered}};
+  }
+  return {{"name", t.name},
+          {"partitions", t.partitions},
+          {"settings", to_json(t.settings)},
+          {"groups", std::move(groups)}};
+}
+
+json to_json(const std::vector<ack_outcome>& outcomes) {
+  json results = json::array();
+  for (const auto& o : outcomes) {
+    json item = {{"partition", o.partition}, {"offset", o.offset}};
+    if (o.code == errc::ok) {
+      item["status"] = "acked";
+    } else {
+      item["status"] = "error";
+      item["error"] = to_string(o.code);
+    }
+    results.push_back(std::move(item));
+  }
+  return {{"results", std::move(results)}};
+}
+
+json to_json(const key_info& k) {
+  json j = json::object();
+  switch (k.st) {
+    case key_info::state::none:
+      j["state"] = "none";
+      return j;
+    case key_info::state::leased:
+      j["state"] = "leased";
+      break;
+    case key_info::state::committed:
+      j["state"] = "committed";
+      break;
+    case key_info::state::failed:
+      j["state"] = "failed";
+      break;
+  }
+  j["owner"] = k.owner;
+  j["partition"] = k.partition;
+  j["offset"] = k.offset;
+  j["attempts"] = k.attempts;
+  if (k.st == key_info::state::leased) j["lease_expires_at_ms"] = k.lease_expires_at_ms;
+  if (k.st == key_info::state::committed) {
+    j["committed_at_ms"] = k.committed_at_ms;
+    // 0: the key never expires (key TTL 0); the field does not apply.
+    if (k.expires_at_ms != 0) j["expires_at_ms"] = k.expires_at_ms;
+    if (!k.result_json.empty()) {
+      auto res = json::parse(k.result_json, nullptr, false);
+      if (!res.is_discarded()) j["result"] = std::move(res);
+    }
+  }
+  return j;
+}
+
+json to_json(const dlq_origin& d) {
+  return {{"original_topic", d.original_topic},   {"original_partition", d.original_partition},
+          {"original_offset", d.original_offset}, {"attempts", d.attempts},
+          {"last_error", d.last_error},           {"routed_at_ms", d.routed_at_ms}};
+}
+
+}  // namespace onceq::http

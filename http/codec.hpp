@@ -1,0 +1,84 @@
+#pragma once
+
+// JSON <-> broker commands and replies (spec/API.md "Endpoints").
+//
+// Parsing is strict: unknown fields are rejected (except inside
+// envelope.headers and result), integers must be JSON integers (from a
+// query string: decimal text), strings must be strings, null is never
+// valid, and every range the spec states is checked. Every parse error is
+// errc::invalid_argument with a message naming the field.
+//
+// Thread safety: free functions without shared state.
+
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "broker/commands.hpp"
+#include "http/params.hpp"
+#include "storage/base/result.hpp"
+
+namespace onceq::http {
+
+inline constexpr std::size_t k_max_batch = 1000;       // messages / acks per request
+inline constexpr std::int64_t k_max_wait_ms = 60'000;  // wait_ms
+inline constexpr std::size_t k_max_label_bytes = 200;  // topic, group, owner
+
+// ---- requests -> commands --------------------------------------------------
+
+// Topic names: [A-Za-z0-9._-]{1,200}.
+bool valid_topic_name(std::string_view name) noexcept;
+
+// POST /v1/topics. Settings not given come from defaults.
+result<create_topic_cmd> parse_create_topic(const params& p, const topic_settings& defaults);
+
+struct produce_request {
+  produce_cmd cmd;
+  bool batch = false;  // the "messages" form: answered with "results"
+};
+// POST /v1/produce; idempotency_header is the Idempotency-Key header ("" if none).
+result<produce_request> parse_produce(const params& p, std::string_view idempotency_header);
+
+// One envelope (the object) into m: the fields the broker acts on, and
+// m.envelope_json = the envelope re-serialized. where prefixes messages.
+result<void> parse_envelope(const nlohmann::json& env, message_in& m,
+                            std::string_view where = "envelope");
+
+struct consume_request {
+  consume_cmd cmd;
+  bool stream = false;  // no max_messages: a stream until the client leaves
+  millis wait_ms = 0;
+};
+result<consume_request> parse_consume(const params& p);
+
+// POST /v1/ack: the single form, or the batch form ("acks").
+using ack_request = std::variant<ack_cmd, ack_batch_cmd>;
+result<ack_request> parse_ack(const params& p);
+result<nack_cmd> parse_nack(const params& p);
+result<extend_cmd> parse_extend(const params& p);
+
+struct key_request {
+  key_query q;
+  millis wait_ms = 0;
+};
+result<key_request> parse_key_query(const params& p);
+
+result<redrive_cmd> parse_redrive(const params& p);
+
+// ---- replies -> JSON -----------------------------------------------------
+
+nlohmann::json to_json(const topic_created& c);
+nlohmann::json to_json(const produce_reply& r, std::string_view topic, bool batch);
+nlohmann::json to_json(const topic_info& t);
+nlohmann::json to_json(const topic_settings& s);
+nlohmann::json to_json(const std::vector<ack_outcome>& outcomes);
+nlohmann::json to_json(const key_info& k);
+nlohmann::json to_json(const dlq_origin& d);
+
+// Serializes compactly; invalid UTF-8 is replaced, never thrown.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace onceq::http

@@ -1,0 +1,66 @@
+#include "http/error_table.hpp"
+
+#include <array>
+
+#include <nlohmann/json.hpp>
+
+namespace onceq::http {
+
+namespace {
+
+using bhttp::status;
+
+// Indexed by the errc value: adding a code means adding a row here, and the
+// unit test checks that every row sits at its own index.
+constexpr std::array<error_entry, 12> k_table = {{
+    {errc::ok, status::ok},
+    {errc::invalid_argument, status::bad_request},
+    {errc::unauthenticated, status::unauthorized},
+    {errc::permission_denied, status::forbidden},
+    {errc::not_found, status::not_found},
+    {errc::method_not_allowed, status::method_not_allowed},
+    {errc::already_exists, status::conflict},
+    {errc::failed_precondition, status::conflict},
+    {errc::payload_too_large, status::payload_too_large},
+    {errc::resource_exhausted, status::too_many_requests},
+    {errc::unavailable, status::service_unavailable},
+    {errc::internal, status::internal_server_error},
+}};
+
+}  // namespace
+
+std::span<const error_entry> error_table() noexcept {
+  return k_table;
+}
+
+bhttp::status status_of(errc code) noexcept {
+  auto i = static_cast<std::size_t>(code);
+  if (i >= k_table.size()) return status::internal_server_error;
+  return k_table[i].status;
+}
+
+std::string error_body(const error& e, const error_extras& x) {
+  nlohmann::json body = {{"error", to_string(e.code)}, {"message", e.message}};
+  if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) {
+    body["retry_after_ms"] = x.retry_after_ms;
+  }
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+response make_error_response(const error& e, unsigned version, const error_extras& x) {
+  response res{status_of(e.code), version};
+  res.set(bhttp::field::content_type, k_json_type);
+  if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) {
+    // Retry-After counts whole seconds; round up so that a client honouring
+    // it never comes back earlier than retry_after_ms.
+    res.set(bhttp::field::retry_after, std::to_string((x.retry_after_ms + 999) / 1000));
+  }
+  if (e.code == errc::method_not_allowed && !x.allow.empty()) {
+    res.set(bhttp::field::allow, x.allow);
+  }
+  res.body() = error_body(e, x);
+  res.prepare_payload();
+  return res;
+}
+
+}  // namespace onceq::http

@@ -1,0 +1,171 @@
+#include "http/metrics.hpp"
+
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace onceq::http {
+
+namespace {
+
+constexpr std::size_t k_status_slots = 600;  // HTTP status codes 0..599
+
+}  // namespace
+
+struct http_metrics::series {
+  std::array<std::atomic<std::uint64_t>, k_buckets.size() + 1> buckets{};  // last: +Inf
+  std::atomic<std::uint64_t> count{0};
+  std::atomic<std::uint64_t> sum_ns{0};
+  std::array<std::atomic<std::uint64_t>, k_status_slots> statuses{};
+};
+
+http_metrics::http_metrics(std::vector<std::string> labels)
+    : labels_(std::move(labels)), series_(std::make_unique<series[]>(labels_.size())) {}
+
+http_metrics::~http_metrics() = default;
+
+void http_metrics::observe(std::size_t route, double seconds, unsigned status) noexcept {
+  if (route >= labels_.size()) return;
+  series& s = series_[route];
+  std::size_t b = 0;
+  while (b < k_buckets.size() && seconds > k_buckets[b]) ++b;
+  s.buckets[b].fetch_add(1, std::memory_order_relaxed);
+  s.count.fetch_add(1, std::memory_order_relaxed);
+  s.sum_ns.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  if (status < k_status_slots) s.statuses[status].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t http_metrics::count(std::size_t route) const noexcept {
+  return route < labels_.size() ? series_[route].count.load(std::memory_order_relaxed) : 0;
+}
+
+void http_metrics::render(std::string& out) const {
+  auto it = std::back_inserter(out);
+  out +=
+      "# HELP onceq_http_request_duration_seconds Time from a complete request to its answer, "
+      "per route.\n"
+      "# TYPE onceq_http_request_duration_seconds histogram\n";
+  for (std::size_t r = 0; r < labels_.size(); ++r) {
+    const series& s = series_[r];
+    const std::string route = escape_label(labels_[r]);
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b < k_buckets.size(); ++b) {
+      cumulative += s.buckets[b].load(std::memory_order_relaxed);
+      fmt::format_to(it,
+                     "onceq_http_request_duration_seconds_bucket{{route=\"{}\",le=\"{}\"}} {}\n",
+                     route, k_buckets[b], cumulative);
+    }
+    cumulative += s.buckets[k_buckets.size()].load(std::memory_order_relaxed);
+    fmt::format_to(it,
+                   "onceq_http_request_duration_seconds_bucket{{route=\"{}\",le=\"+Inf\"}} {}\n",
+                   route, cumulative);
+    fmt::format_to(it, "onceq_http_request_duration_seconds_sum{{route=\"{}\"}} {}\n", route,
+                   static_cast<double>(s.sum_ns.load(std::memory_order_relaxed)) / 1e9);
+    fmt::format_to(it, "onceq_http_request_duration_seconds_count{{route=\"{}\"}} {}\n", route,
+                   cumulative);
+  }
+  out +=
+      "# HELP onceq_http_responses_total Responses sent, per route and status code.\n"
+      "# TYPE onceq_http_responses_total counter\n";
+  for (std::size_t r = 0; r < labels_.size(); ++r) {
+    const std::string route = escape_label(labels_[r]);
+    for (std::size_t code = 0; code < k_status_slots; ++code) {
+      auto n = series_[r].statuses[code].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      fmt::format_to(it, "onceq_http_responses_total{{route=\"{}\",code=\"{}\"}} {}\n", route, code,
+                     n);
+    }
+  }
+}
+
+std::string escape_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void render_broker_metrics(std::string& out, const std::vector<topic_info>& topics, millis now_ms) {
+  auto it = std::back_inserter(out);
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+
+  family("onceq_produced_total", "counter", "Messages stored, per topic.");
+  for (const auto& t : topics) {
+    fmt::format_to(it, "onceq_produced_total{{topic=\"{}\"}} {}\n", escape_label(t.name),
+                   t.produced);
+  }
+  family("onceq_produce_duplicates_total", "counter",
+         "Produce requests answered from the dedup window without storing, per topic.");
+  for (const auto& t : topics) {
+    fmt::format_to(it, "onceq_produce_duplicates_total{{topic=\"{}\"}} {}\n", escape_label(t.name),
+                   t.produce_duplicates);
+  }
+
+  struct group_family {
+    std::string_view name;
+    std::string_view type;
+    std::string_view help;
+    double (*value)(const group_stats&, millis now);
+  };
+  static constexpr group_family k_groups[] = {
+      {"onceq_delivered_total", "counter", "Deliveries (first and later), per topic and group.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.delivered); }},
+      {"onceq_redelivered_total", "counter",
+       "Deliveries of a message delivered before (after a nack or lease expiry).",
+       [](const group_stats& g, millis) { return static_cast<double>(g.redelivered); }},
+      {"onceq_acked_total", "counter", "Messages acked by a consumer.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.acked); }},
+      {"onceq_auto_acked_total", "counter",
+       "Messages acknowledged without delivery because their idempotency key was committed.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.auto_acked); }},
+      {"onceq_nacked_total", "counter", "Nacks accepted.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.nacked); }},
+      {"onceq_lease_expired_total", "counter", "Leases that ran out before an ack.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.lease_expired); }},
+      {"onceq_dead_lettered_total", "counter", "Messages moved to dlq.<topic>.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.dead_lettered); }},
+      {"onceq_stale_acks_rejected_total", "counter",
+       "Acks, nacks and extends rejected because the caller no longer held the delivery.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.stale_acks_rejected); }},
+      {"onceq_backlog", "gauge", "Messages waiting for delivery (not in flight).",
+       [](const group_stats& g, millis) { return static_cast<double>(g.backlog); }},
+      {"onceq_inflight", "gauge", "Messages leased to a consumer now.",
+       [](const group_stats& g, millis) { return static_cast<double>(g.inflight); }},
+      {"onceq_oldest_unacked_age_seconds", "gauge",
+       "Age of the oldest message not yet acked by the group (0 when none).",
+       [](const group_stats& g, millis now) {
+         if (g.oldest_unacked_produced_at_ms == 0 || now <= g.oldest_unacked_produced_at_ms) {
+           return 0.0;
+         }
+         return static_cast<double>(now - g.oldest_unacked_produced_at_ms) / 1000.0;
+       }},
+  };
+  for (const auto& f : k_groups) {
+    family(f.name, f.type, f.help);
+    for (const auto& t : topics) {
+      const std::string topic = escape_label(t.name);
+      for (const auto& [group, g] : t.groups) {
+        fmt::format_to(it, "{}{{topic=\"{}\",group=\"{}\"}} {}\n", f.name, topic,
+                       escape_label(group), f.value(g, now_ms));
+      }
+    }
+  }
+}
+
+}  // namespace onceq::http

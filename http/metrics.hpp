@@ -1,0 +1,52 @@
+#pragma once
+
+// Prometheus text exposition for GET /metrics: the broker's per topic/group
+// counters and gauges (from broker::metrics()), and the HTTP layer's own
+// request latency histogram and response counters per route.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "broker/commands.hpp"
+#include "storage/base/clock.hpp"
+
+namespace onceq::http {
+
+// Request latency and status counts per route label. observe() is
+// lock-free and may be called from any thread; render() reads a snapshot
+// that is consistent per bucket (not across buckets).
+class http_metrics {
+ public:
+  // Upper bounds of the latency buckets, in seconds (+Inf is implied).
+  static constexpr std::array<double, 14> k_buckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
+
+  // labels: one per route (index = the id passed to observe()).
+  explicit http_metrics(std::vector<std::string> labels);
+  ~http_metrics();
+
+  void observe(std::size_t route, double seconds, unsigned status) noexcept;
+
+  // Appends the onceq_http_* families.
+  void render(std::string& out) const;
+
+  std::uint64_t count(std::size_t route) const noexcept;
+
+ private:
+  struct series;
+  std::vector<std::string> labels_;
+  std::unique_ptr<series[]> series_;
+};
+
+// Appends the onceq_* broker families for topics observed at now_ms.
+void render_broker_metrics(std::string& out, const std::vector<topic_info>& topics, millis now_ms);
+
+// Escapes a Prometheus label value (\\, \" and \n).
+std::string escape_label(std::string_view v);
+
+}  // namespace onceq::http

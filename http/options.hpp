@@ -1,0 +1,43 @@
+#pragma once
+
+// Options of the HTTP layer. Filled only in cmd/ (from flags) and passed
+// through constructors; every field has a working default.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "broker/commands.hpp"
+#include "storage/base/clock.hpp"
+
+namespace onceq::http {
+
+struct http_options {
+  std::string host = "127.0.0.1";  // Default: loopback only
+  std::uint16_t port = 8080;       // Default: 8080; 0 = an ephemeral port
+  unsigned threads = 2;            // Default: 2 I/O threads
+
+  std::size_t max_body_bytes = 1u << 20;     // Default: 1 MiB; larger bodies get 413
+  std::size_t max_header_bytes = 16u << 10;  // Default: 16 KiB; larger headers get 400
+  millis idle_timeout_ms = 60'000;   // Default: a kept-alive connection idle this long closes
+  millis write_timeout_ms = 30'000;  // Default: a response not taken by the client in time
+
+  // Backpressure: when more commands than this wait for the core, requests
+  // that need it get 429 RESOURCE_EXHAUSTED with Retry-After.
+  std::size_t max_queue_depth = 50'000;  // Default: 50,000 queued commands
+  millis retry_after_ms = 1'000;         // Default: 1 s (Retry-After header and retry_after_ms)
+
+  // Streaming consume (no max_messages): each poll asks for up to
+  // stream_batch messages and waits up to stream_poll_ms for the first.
+  millis stream_poll_ms = 250;      // Default: 250 ms
+  std::int64_t stream_batch = 100;  // Default: 100 messages per poll
+
+  // Settings of a topic created without them (POST /v1/topics).
+  topic_settings topic_defaults;  // Default: the spec's (lease_ms 30000, ...)
+
+  // Answered by GET /v1/version.
+  std::string version = "0.0.0";   // Default: set by cmd/ from the project version
+  std::string commit = "unknown";  // Default: set by cmd/ from git
+};
+
+}  // namespace onceq::http

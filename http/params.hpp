@@ -1,0 +1,42 @@
+#pragma once
+
+// The parameters of a request: its JSON body when the body is non-empty,
+// else its query string (spec/API.md "Conventions"). Either way they end up
+// as a JSON object; values from a query string are strings, and the codec
+// reads numbers out of them (decimal).
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "storage/base/result.hpp"
+
+namespace onceq::http {
+
+struct params {
+  nlohmann::json obj = nlohmann::json::object();
+  bool from_query = false;  // values are strings from the query string
+};
+
+// Deepest nesting accepted in a JSON body (arrays and objects); deeper
+// bodies get 400 rather than exhausting the stack when re-serialized.
+inline constexpr int k_max_json_depth = 64;
+
+// "a=1&b=x%20y" -> {"a":"1","b":"x y"}; '+' is a space. Errors
+// (errc::invalid_argument): a bad percent escape, a name given twice, a
+// name or value that is not valid UTF-8.
+result<nlohmann::json> parse_query(std::string_view query);
+
+// Decodes %XX escapes (and '+' as a space when plus_is_space).
+result<std::string> percent_decode(std::string_view s, bool plus_is_space);
+
+// Whether s is well-formed UTF-8.
+bool valid_utf8(std::string_view s) noexcept;
+
+// The body as a JSON object if it has anything but whitespace, else the
+// query. Errors: malformed JSON, a body that is not an object, nesting
+// deeper than k_max_json_depth, a bad query string.
+result<params> read_params(std::string_view body, std::string_view query);
+
+}  // namespace onceq::http

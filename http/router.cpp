@@ -1,0 +1,451 @@
+#include "http/router.hpp"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include <fmt/format.h>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "http/codec.hpp"
+#include "http/error_table.hpp"
+#include "http/ndjson.hpp"
+#include "http/params.hpp"
+#include "http/request_id.hpp"
+#include "http/runner_ops.hpp"
+
+namespace onceq::http {
+
+namespace {
+
+using json = nlohmann::json;
+using asio::use_awaitable;
+using bhttp::status;
+using bhttp::verb;
+
+constexpr std::string_view k_unmatched = "unmatched";
+
+// Splits "/a/b/c" into {"a","b","c"}; an empty path has no segments.
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> out;
+  if (!path.empty() && path.front() == '/') path.remove_prefix(1);
+  while (true) {
+    auto slash = path.find('/');
+    out.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return out;
+}
+
+// Matches path segments against a pattern; captures "{...}" segments
+// (percent-decoded). False on a mismatch or a bad escape.
+bool match(std::string_view pattern, const std::vector<std::string_view>& segs,
+           std::vector<std::string>* captures) {
+  auto pat = split_path(pattern);
+  if (pat.size() != segs.size()) return false;
+  std::vector<std::string> caps;
+  for (std::size_t i = 0; i < pat.size(); ++i) {
+    if (pat[i].size() > 1 && pat[i].front() == '{') {
+      if (segs[i].empty()) return false;
+      auto decoded = percent_decode(segs[i], false);
+      if (!decoded.ok()) return false;
+      caps.push_back(std::move(*decoded));
+    } else if (pat[i] != segs[i]) {
+      return false;
+    }
+  }
+  if (captures != nullptr) *captures = std::move(caps);
+  return true;
+}
+
+// Unknown topic on produce/consume is 400 by the spec (the topic is a
+// parameter there, not the resource); on a topic URL or ack it stays 404.
+error topic_param_error(error e) {
+  if (e.code == errc::not_found) e.code = errc::invalid_argument;
+  return e;
+}
+
+}  // namespace
+
+// Everything a handler needs about one request.
+struct router::call {
+  const request& req;
+  std::string request_id;
+  std::string_view query;
+  std::vector<std::string> captures;
+};
+
+const router::route_def router::k_routes[] = {
+    {verb::get, "/v1/healthz", &router::healthz, false},
+    {verb::get, "/v1/version", &router::version, false},
+    {verb::post, "/v1/topics", &router::create_topic, true},
+    {verb::get, "/v1/topics", &router::list_topics, true},
+    {verb::get, "/v1/topics/{name}", &router::get_topic, true},
+    {verb::delete_, "/v1/topics/{name}", &router::delete_topic, true},
+    {verb::post, "/v1/produce", &router::produce, true},
+    {verb::get, "/v1/consume", &router::consume, true},
+    {verb::post, "/v1/consume", &router::consume, true},
+    {verb::post, "/v1/ack", &router::ack, true},
+    {verb::post, "/v1/nack", &router::nack, true},
+    {verb::post, "/v1/extend", &router::extend, true},
+    {verb::get, "/v1/keys", &router::keys, true},
+    {verb::post, "/v1/dlq/redrive", &router::redrive, true},
+    {verb::get, "/metrics", &router::prometheus, false},
+};
+const std::size_t router::k_route_count = std::size(router::k_routes);
+
+// ---- consume_stream -------------------------------------------------------
+
+consume_stream::consume_stream(runner& r, consume_cmd cmd, millis poll_ms,
+                               std::vector<delivery> initial)
+    : runner_(r), cmd_(std::move(cmd)), poll_ms_(poll_ms), initial_(encode_deliveries(initial)) {
+  remember(initial);
+}
+
+void consume_stream::remember(const std::vector<delivery>& ds) {
+  last_.clear();
+  for (const auto& d : ds) last_.push_back(held{d.partition, d.offset, d.attempts});
+}
+
+asio::awaitable<result<std::string>> consume_stream::next() {
+  consume_cmd cmd = cmd_;
+  auto got_op = async_consume(runner_, std::move(cmd), poll_ms_, use_awaitable);
+  auto got = co_await std::move(got_op);
+  if (!got.ok()) co_return std::move(got).err();
+  remember(*got);
+  co_return encode_deliveries(*got);
+}
+
+void consume_stream::abandon_last() {
+  if (last_.empty()) return;
+  std::vector<extend_cmd> cmds;
+  for (const auto& h : last_) {
+    extend_cmd e;
+    e.ref = delivery_ref{cmd_.topic, cmd_.group, cmd_.owner, h.partition, h.offset, h.attempts};
+    e.lease_ms = 1;
+    cmds.push_back(std::move(e));
+  }
+  last_.clear();
+  runner_.execute<int>(
+      [cmds = std::move(cmds)](broker& b) -> result<int> {
+        for (const auto& e : cmds) {
+          // Fenced by attempts: a delivery someone else got meanwhile stays.
+          auto r = b.extend(e);
+          (void)r;  // best effort: a lease already gone needs nothing
+        }
+        return 0;
+      },
+      [](result<int>) {});
+}
+
+// ---- router ---------------------------------------------------------------
+
+router::router(runner& r, const clock& time, http_options opts)
+    : runner_(r), clock_(time), opts_(std::move(opts)) {
+  for (std::size_t i = 0; i < k_route_count; ++i) {
+    std::string label(k_routes[i].pattern);
+    auto it = std::find(labels_.begin(), labels_.end(), label);
+    route_label_.push_back(static_cast<std::size_t>(it - labels_.begin()));
+    if (it == labels_.end()) labels_.push_back(std::move(label));
+  }
+  labels_.emplace_back(k_unmatched);
+  metrics_ = std::make_unique<http_metrics>(labels_);
+}
+
+router::~router() = default;
+
+std::vector<std::string> router::describe_routes() const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < k_route_count; ++i) {
+    out.push_back(fmt::format("{} {}", std::string_view(bhttp::to_string(k_routes[i].method)),
+                              k_routes[i].pattern));
+  }
+  return out;
+}
+
+response router::error_response(const error& e, unsigned version,
+                                std::string_view request_id) const {
+  response res = make_error_response(e, version, error_extras{opts_.retry_after_ms, {}});
+  res.set(k_request_id_header, request_id);
+  return res;
+}
+
+reply router::error_reply(const error& e, const call& c, std::string_view allow) const {
+  reply r{make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}};
+  return r;
+}
+
+asio::awaitable<reply> router::handle(request req) {
+  const auto started = std::chrono::steady_clock::now();
+  call c{req, request_id_for(req[k_request_id_header]), {}, {}};
+
+  std::string_view target = req.target();
+  std::string_view path = target.substr(0, target.find('?'));
+  if (auto q = target.find('?'); q != std::string_view::npos) c.query = target.substr(q + 1);
+  if (auto h = c.query.find('#'); h != std::string_view::npos) c.query = c.query.substr(0, h);
+  const auto segs = split_path(path);
+
+  const route_def* found = nullptr;
+  std::size_t label = labels_.size() - 1;  // unmatched
+  std::string allow;
+  for (std::size_t i = 0; i < k_route_count; ++i) {
+    std::vector<std::string> caps;
+    if (!match(k_routes[i].pattern, segs, &caps)) continue;
+    label = route_label_[i];
+    if (k_routes[i].method == req.method()) {
+      found = &k_routes[i];
+      c.captures = std::move(caps);
+      break;
+    }
+    if (!allow.empty()) allow += ", ";
+    allow += std::string_view(bhttp::to_string(k_routes[i].method));
+  }
+
+  reply out;
+  bool answered = false;
+  if (found == nullptr && allow.empty()) {
+    out = error_reply(make_error(errc::not_found, fmt::format("no route for {}", path)), c);
+    answered = true;
+  } else if (found == nullptr) {
+    out = error_reply(make_error(errc::method_not_allowed,
+                                 fmt::format("{} is not allowed on {}",
+                                             std::string_view(req.method_string()), path)),
+                      c, allow);
+    answered = true;
+  } else if (found->needs_core && runner_.queue_depth() > opts_.max_queue_depth) {
+    out = error_reply(make_error(errc::resource_exhausted, "too many requests queued; retry later"),
+                      c);
+    answered = true;
+  }
+  if (!answered) {
+    try {
+      auto op = (this->*(found->fn))(c);
+      out = co_await std::move(op);
+    } catch (const std::exception& e) {
+      out = error_reply(make_error(errc::internal, fmt::format("internal error: {}", e.what())), c);
+    }
+  }
+
+  out.res.version(req.version());
+  out.res.set(k_request_id_header, c.request_id);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  metrics_->observe(label, seconds, out.res.result_int());
+  co_return out;
+}
+
+// ---- helpers --------------------------------------------------------------
+
+namespace {
+
+reply json_reply(status st, const json& body) {
+  reply r;
+  r.res.result(st);
+  r.res.set(bhttp::field::content_type, k_json_type);
+  r.res.body() = dump(body);
+  r.res.prepare_payload();
+  return r;
+}
+
+// No Content-Length either: RFC 9110 forbids it on 204.
+reply no_content() {
+  reply r;
+  r.res.result(status::no_content);
+  return r;
+}
+
+reply ndjson_reply(std::string body) {
+  reply r;
+  r.res.result(status::ok);
+  r.res.set(bhttp::field::content_type, k_ndjson_type);
+  r.res.body() = std::move(body);
+  r.res.prepare_payload();
+  return r;
+}
+
+}  // namespace
+
+// ---- handlers ---------------------------------------------------------------
+
+asio::awaitable<reply> router::healthz(call&) {
+  co_return json_reply(status::ok, {{"status", "ok"}});
+}
+
+asio::awaitable<reply> router::version(call&) {
+  co_return json_reply(
+      status::ok, {{"version", opts_.version}, {"commit", opts_.commit}, {"wal_enabled", true}});
+}
+
+asio::awaitable<reply> router::create_topic(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto cmd = parse_create_topic(*p, opts_.topic_defaults);
+  if (!cmd.ok()) co_return error_reply(cmd.err(), c);
+  auto r_op = async_execute<topic_created>(
+      runner_, [cmd = std::move(*cmd)](broker& b) { return b.create_topic(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::created, to_json(*r));
+}
+
+asio::awaitable<reply> router::list_topics(call& c) {
+  auto r_op = async_execute<std::vector<std::string>>(
+      runner_, [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, {{"topics", *r}});
+}
+
+asio::awaitable<reply> router::get_topic(call& c) {
+  auto r_op = async_execute<topic_info>(
+      runner_, [name = c.captures.at(0)](broker& b) { return b.get_topic(name); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
+}
+
+asio::awaitable<reply> router::delete_topic(call& c) {
+  auto r_op = async_execute<void>(
+      runner_, [name = c.captures.at(0)](broker& b) { return b.delete_topic(name); },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return no_content();
+}
+
+asio::awaitable<reply> router::produce(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto pr = parse_produce(*p, c.req["Idempotency-Key"]);
+  if (!pr.ok()) co_return error_reply(pr.err(), c);
+  const bool batch = pr->batch;
+  std::string topic = pr->cmd.topic;
+  auto r_op = async_execute<produce_reply>(
+      runner_, [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(topic_param_error(std::move(r).err()), c);
+  if (r->results.empty()) {
+    co_return error_reply(make_error(errc::internal, "produce answered no result"), c);
+  }
+  co_return json_reply(status::ok, to_json(*r, topic, batch));
+}
+
+asio::awaitable<reply> router::consume(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto cr = parse_consume(*p);
+  if (!cr.ok()) co_return error_reply(cr.err(), c);
+  if (!cr->stream) {
+    auto got_op = async_consume(runner_, std::move(cr->cmd), cr->wait_ms, use_awaitable);
+    auto got = co_await std::move(got_op);
+    if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
+    co_return ndjson_reply(encode_deliveries(*got));
+  }
+  // Stream: the first poll does not wait, so that errors (unknown topic, bad
+  // lease) still get a proper status and the head goes out at once.
+  cr->cmd.max_messages = opts_.stream_batch;
+  consume_cmd first = cr->cmd;
+  auto got_op = async_consume(runner_, std::move(first), 0, use_awaitable);
+  auto got = co_await std::move(got_op);
+  if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
+  reply r;
+  r.res.result(status::ok);
+  r.res.set(bhttp::field::content_type, k_ndjson_type);
+  r.res.set(bhttp::field::cache_control, "no-store");
+  r.stream = std::make_shared<consume_stream>(runner_, std::move(cr->cmd), opts_.stream_poll_ms,
+                                              std::move(*got));
+  co_return r;
+}
+
+asio::awaitable<reply> router::ack(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto ar = parse_ack(*p);
+  if (!ar.ok()) co_return error_reply(ar.err(), c);
+  if (auto* single = std::get_if<ack_cmd>(&*ar)) {
+    auto r_op = async_execute<void>(
+        runner_, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
+    auto r = co_await std::move(r_op);
+    if (!r.ok()) co_return error_reply(r.err(), c);
+    co_return no_content();
+  }
+  auto r_op = async_execute<std::vector<ack_outcome>>(
+      runner_,
+      [cmd = std::move(std::get<ack_batch_cmd>(*ar))](broker& b) { return b.ack_batch(cmd); },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
+}
+
+asio::awaitable<reply> router::nack(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto nr = parse_nack(*p);
+  if (!nr.ok()) co_return error_reply(nr.err(), c);
+  auto r_op = async_execute<void>(
+      runner_, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return no_content();
+}
+
+asio::awaitable<reply> router::extend(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto er = parse_extend(*p);
+  if (!er.ok()) co_return error_reply(er.err(), c);
+  auto r_op = async_execute<millis>(
+      runner_, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, {{"lease_expires_at_ms", *r}});
+}
+
+asio::awaitable<reply> router::keys(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto kr = parse_key_query(*p);
+  if (!kr.ok()) co_return error_reply(kr.err(), c);
+  auto r_op = async_wait_key(runner_, std::move(kr->q), kr->wait_ms, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
+}
+
+asio::awaitable<reply> router::redrive(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto rr = parse_redrive(*p);
+  if (!rr.ok()) co_return error_reply(rr.err(), c);
+  auto r_op = async_execute<std::int64_t>(
+      runner_, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, {{"moved", *r}});
+}
+
+asio::awaitable<reply> router::prometheus(call& c) {
+  auto r_op = async_execute<std::vector<topic_info>>(
+      runner_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  reply out;
+  out.res.result(status::ok);
+  out.res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  std::string& body = out.res.body();
+  render_broker_metrics(body, *r, clock_.now_ms());
+  body +=
+      "# HELP onceq_runner_queue_depth Commands waiting for the core thread.\n"
+      "# TYPE onceq_runner_queue_depth gauge\n";
+  body += fmt::format("onceq_runner_queue_depth {}\n", runner_.queue_depth());
+  metrics_->render(body);
+  out.res.prepare_payload();
+  co_return out;
+}
+
+}  // namespace onceq::http

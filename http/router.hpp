@@ -1,0 +1,135 @@
+#pragma once
+
+// The route table and its handlers. A handler only translates: request
+// parameters -> broker command (codec), command -> runner (the broker runs
+// on the core thread, even for reads), result -> JSON / NDJSON / error.
+//
+// Unknown path -> 404 NOT_FOUND; known path, other method -> 405 with
+// Allow. Every answer carries X-Request-Id (the client's, or a new one).
+// Requests that need the core get 429 RESOURCE_EXHAUSTED (Retry-After)
+// while runner::queue_depth() is over http_options::max_queue_depth.
+//
+// Thread safety: handle() may run concurrently on any number of
+// coroutines/threads; the router holds no per-request state.
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "broker/runner.hpp"
+#include "http/message.hpp"
+#include "http/metrics.hpp"
+#include "http/options.hpp"
+
+namespace onceq::http {
+
+namespace asio = boost::asio;
+
+// The rest of a streamed GET/POST /v1/consume (no max_messages): the
+// session sends the head of reply::res (chunked), then the initial lines,
+// then whatever each next() returns, until the client leaves, the server
+// stops or next() fails.
+//
+// Not thread-safe: one session drives it, on its strand.
+class consume_stream {
+ public:
+  consume_stream(runner& r, consume_cmd cmd, millis poll_ms, std::vector<delivery> initial);
+
+  // Lines of the deliveries that the first poll got before the head was sent.
+  std::string take_initial() { return std::move(initial_); }
+
+  // Waits up to poll_ms for messages and answers their NDJSON lines ("" if
+  // none came). An error (e.g. the runner stopped) ends the stream.
+  asio::awaitable<result<std::string>> next();
+
+  // The client is gone before it got the lines of the last batch: shortens
+  // those leases to 1 ms, so they expire (as they would have, later) and go
+  // to live consumers now. Fire-and-forget.
+  void abandon_last();
+
+  const consume_cmd& cmd() const noexcept { return cmd_; }
+
+ private:
+  struct held {
+    std::uint32_t partition;
+    std::uint64_t offset;
+    std::int64_t attempts;
+  };
+  void remember(const std::vector<delivery>& ds);
+
+  runner& runner_;
+  consume_cmd cmd_;
+  millis poll_ms_;
+  std::string initial_;
+  std::vector<held> last_;  // deliveries of the last batch handed out
+};
+
+// A handler's answer: a complete response, or the head of a stream.
+struct reply {
+  response res;
+  std::shared_ptr<consume_stream> stream;  // set: res is the head of a chunked stream
+};
+
+class router {
+ public:
+  router(runner& r, const clock& time, http_options opts);
+  ~router();
+  router(const router&) = delete;
+  router& operator=(const router&) = delete;
+
+  // Answers one complete request. Never throws: an exception in a handler
+  // becomes 500 INTERNAL. The caller sets keep-alive.
+  asio::awaitable<reply> handle(request req);
+
+  // The error response every part of http/ sends (with X-Request-Id).
+  response error_response(const error& e, unsigned version, std::string_view request_id) const;
+
+  const http_metrics& metrics() const noexcept { return *metrics_; }
+  const http_options& options() const noexcept { return opts_; }
+
+  // "GET /v1/healthz", ...: every route, for docs and tests.
+  std::vector<std::string> describe_routes() const;
+
+  struct call;
+
+ private:
+  using handler = asio::awaitable<reply> (router::*)(call&);
+  struct route_def {
+    bhttp::verb method;
+    std::string_view pattern;  // segments; "{name}" captures one
+    handler fn;
+    bool needs_core;  // subject to backpressure
+  };
+  static const route_def k_routes[];
+  static const std::size_t k_route_count;
+
+  asio::awaitable<reply> healthz(call& c);
+  asio::awaitable<reply> version(call& c);
+  asio::awaitable<reply> create_topic(call& c);
+  asio::awaitable<reply> list_topics(call& c);
+  asio::awaitable<reply> get_topic(call& c);
+  asio::awaitable<reply> delete_topic(call& c);
+  asio::awaitable<reply> produce(call& c);
+  asio::awaitable<reply> consume(call& c);
+  asio::awaitable<reply> ack(call& c);
+  asio::awaitable<reply> nack(call& c);
+  asio::awaitable<reply> extend(call& c);
+  asio::awaitable<reply> keys(call& c);
+  asio::awaitable<reply> redrive(call& c);
+  asio::awaitable<reply> prometheus(call& c);
+
+  reply error_reply(const error& e, const call& c, std::string_view allow = {}) const;
+
+  runner& runner_;
+  const clock& clock_;
+  http_options opts_;
+  std::vector<std::string> labels_;       // metric label per distinct pattern (+ "unmatched")
+  std::vector<std::size_t> route_label_;  // route index -> label index
+  std::unique_ptr<http_metrics> metrics_;
+};
+
+}  // namespace onceq::http

@@ -1,0 +1,86 @@
+#pragma once
+
+// Asio adapters over broker/runner: each starts a runner call and completes
+// the caller's handler (e.g. a coroutine's use_awaitable) on the handler's
+// own executor, with the runner's result. The runner's done callbacks run on
+// the core or syncer thread; they only post here, never block.
+//
+// While a call is pending, the handler's executor counts outstanding work,
+// so an io_context::run() does not return under it.
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+#include "broker/runner.hpp"
+
+namespace onceq::http {
+
+namespace asio = boost::asio;
+
+// Calls start(done) with a copyable done(R) callback that completes the
+// token's handler with R on the handler's executor.
+template <class R, class Start, class Token>
+auto async_bridge(Start start, Token&& token) {
+  return asio::async_initiate<Token, void(R)>(
+      [](auto handler, Start start_fn) {
+        using handler_t = decltype(handler);
+        using executor_t = asio::associated_executor_t<handler_t>;
+        struct pending {
+          handler_t handler;
+          asio::executor_work_guard<executor_t> work;
+        };
+        auto ex = asio::get_associated_executor(handler);
+        auto p = std::make_shared<pending>(pending{std::move(handler), asio::make_work_guard(ex)});
+        start_fn([p](R r) {
+          auto target = p->work.get_executor();
+          asio::post(target, [p, r = std::move(r)]() mutable {
+            auto h = std::move(p->handler);
+            p->work.reset();
+            std::move(h)(std::move(r));
+          });
+        });
+      },
+      token, std::move(start));
+}
+
+// runner::execute: fn runs on the core thread; completes with result<T>
+// once its writes are durable.
+template <class T, class Token>
+auto async_execute(runner& r, std::function<result<T>(broker&)> fn, Token&& token) {
+  return async_bridge<result<T>>(
+      [&r, fn = std::move(fn)](std::function<void(result<T>)> done) mutable {
+        r.execute<T>(std::move(fn), std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
+// runner::consume with a long-poll of up to wait_ms.
+template <class Token>
+auto async_consume(runner& r, consume_cmd cmd, millis wait_ms, Token&& token) {
+  using R = result<std::vector<delivery>>;
+  return async_bridge<R>(
+      [&r, cmd = std::move(cmd), wait_ms](std::function<void(R)> done) mutable {
+        r.consume(std::move(cmd), wait_ms, std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
+// runner::wait_key: the key's state, waiting up to wait_ms for a commit.
+template <class Token>
+auto async_wait_key(runner& r, key_query q, millis wait_ms, Token&& token) {
+  using R = result<key_info>;
+  return async_bridge<R>(
+      [&r, q = std::move(q), wait_ms](std::function<void(R)> done) mutable {
+        r.wait_key(std::move(q), wait_ms, std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
+}  // namespace onceq::http

@@ -1,0 +1,127 @@
+#include "http/server.hpp"
+
+#include <chrono>
+#include <exception>
+
+#include <fmt/format.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "http/session.hpp"
+#include "http/session_registry.hpp"
+
+namespace onceq::http {
+
+namespace {
+using asio::ip::tcp;
+constexpr auto k_tuple = asio::as_tuple(asio::use_awaitable);
+}  // namespace
+
+struct server::impl : std::enable_shared_from_this<server::impl> {
+  impl(asio::io_context& io, router& r, http_options opts)
+      : ioc(io),
+        rt(r),
+        registry(std::make_shared<session_registry>(std::move(opts))),
+        strand(asio::make_strand(io)),
+        acceptor(strand) {}
+
+  asio::awaitable<void> accept_loop() {
+    while (acceptor.is_open()) {
+      asio::any_io_executor ex = asio::make_strand(ioc);
+      auto [ec, socket] = co_await acceptor.async_accept(ex, k_tuple);
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
+        // Out of file descriptors and the like: back off, then go on.
+        fmt::print(stderr, "onceqd: accept failed: {}\n", ec.message());
+        asio::steady_timer t(strand, std::chrono::milliseconds(50));
+        co_await t.async_wait(k_tuple);
+        continue;
+      }
+      if (registry->stopping()) break;
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<session>(std::move(socket), rt, registry)->start();
+    }
+  }
+
+  asio::io_context& ioc;
+  router& rt;
+  std::shared_ptr<session_registry> registry;
+  asio::strand<asio::io_context::executor_type> strand;
+  tcp::acceptor acceptor;
+};
+
+server::server(asio::io_context& ioc, router& r, http_options opts)
+    : p_(std::make_shared<impl>(ioc, r, std::move(opts))) {}
+
+server::~server() {
+  beast::error_code ec;
+  p_->acceptor.close(ec);
+}
+
+result<tcp::endpoint> server::listen() {
+  const auto& o = p_->registry->options();
+  beast::error_code ec;
+  tcp::resolver resolver(p_->ioc);
+  auto found = resolver.resolve(o.host, std::to_string(o.port),
+                                tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || found.empty()) {
+    return make_error(errc::invalid_argument,
+                      fmt::format("cannot resolve listen address '{}': {}", o.host, ec.message()));
+  }
+  tcp::endpoint ep = found.begin()->endpoint();
+  auto& a = p_->acceptor;
+  auto fail = [&](std::string_view what) {
+    beast::error_code ignored;
+    a.close(ignored);
+    return make_error(errc::unavailable,
+                      fmt::format("cannot {} {}:{}: {}", what, o.host, o.port, ec.message()));
+  };
+  a.open(ep.protocol(), ec);
+  if (ec) return fail("open a socket for");
+  a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (ec) return fail("configure");
+  a.bind(ep, ec);
+  if (ec) return fail("bind");
+  a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail("listen on");
+  auto local = a.local_endpoint(ec);
+  if (ec) return fail("read the address of");
+  return local;
+}
+
+void server::start() {
+  asio::co_spawn(
+      p_->strand, [p = p_]() -> asio::awaitable<void> { co_await p->accept_loop(); },
+      [](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          fmt::print(stderr, "onceqd: the listener failed: {}\n", ex.what());
+        }
+      });
+}
+
+void server::stop() {
+  p_->registry->stop_all();
+  asio::post(p_->strand, [p = p_] {
+    beast::error_code ignored;
+    p->acceptor.close(ignored);
+  });
+}
+
+bool server::stopping() const noexcept {
+  return p_->registry->stopping();
+}
+
+std::size_t server::session_count() const noexcept {
+  return p_->registry->size();
+}
+
+}  // namespace onceq::http

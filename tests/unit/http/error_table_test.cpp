@@ -1,0 +1,93 @@
+#include "http/error_table.hpp"
+
+#include "storage/base/result.hpp"
+
+#include <map>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace onceq::http {
+namespace {
+
+using bhttp::status;
+
+TEST(ErrorTableTest, EveryCodeMapsToTheSpecStatus) {
+  const std::map<errc, status> expected = {
+      {errc::ok, status::ok},
+      {errc::invalid_argument, status::bad_request},
+      {errc::unauthenticated, status::unauthorized},
+      {errc::permission_denied, status::forbidden},
+      {errc::not_found, status::not_found},
+      {errc::method_not_allowed, status::method_not_allowed},
+      {errc::already_exists, status::conflict},
+      {errc::failed_precondition, status::conflict},
+      {errc::payload_too_large, status::payload_too_large},
+      {errc::resource_exhausted, status::too_many_requests},
+      {errc::unavailable, status::service_unavailable},
+      {errc::internal, status::internal_server_error},
+  };
+  ASSERT_EQ(error_table().size(), expected.size());
+  for (const auto& [code, st] : expected) {
+    EXPECT_EQ(status_of(code), st) << to_string(code);
+  }
+}
+
+TEST(ErrorTableTest, RowsSitAtTheirCodesIndex) {
+  auto table = error_table();
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(static_cast<std::size_t>(table[i].code), i);
+  }
+}
+
+TEST(ErrorTableTest, UnknownCodeIsInternal) {
+  EXPECT_EQ(status_of(static_cast<errc>(999)), status::internal_server_error);
+}
+
+TEST(ErrorTableTest, ErrorBodyHasCodeAndMessage) {
+  for (const auto& row : error_table()) {
+    if (row.code == errc::ok) continue;
+    response res = make_error_response(make_error(row.code, "why"), 11);
+    EXPECT_EQ(res.result(), row.status);
+    EXPECT_EQ(res[bhttp::field::content_type], "application/json");
+    auto body = nlohmann::json::parse(res.body());
+    EXPECT_EQ(body["error"], std::string(to_string(row.code)));
+    EXPECT_EQ(body["message"], "why");
+    EXPECT_EQ(res[bhttp::field::content_length], std::to_string(res.body().size()));
+  }
+}
+
+TEST(ErrorTableTest, TooManyRequestsCarriesRetryAfter) {
+  response res = make_error_response(make_error(errc::resource_exhausted, "busy"), 11,
+                                     {.retry_after_ms = 1500, .allow = {}});
+  EXPECT_EQ(res.result(), status::too_many_requests);
+  EXPECT_EQ(res[bhttp::field::retry_after], "2");  // rounded up to whole seconds
+  auto body = nlohmann::json::parse(res.body());
+  EXPECT_EQ(body["error"], "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(body["retry_after_ms"], 1500);
+}
+
+TEST(ErrorTableTest, RetryAfterOnlyOn429) {
+  response res = make_error_response(make_error(errc::invalid_argument, "x"), 11,
+                                     {.retry_after_ms = 1000, .allow = "GET"});
+  EXPECT_EQ(res.count(bhttp::field::retry_after), 0u);
+  EXPECT_EQ(res.count(bhttp::field::allow), 0u);
+  EXPECT_FALSE(nlohmann::json::parse(res.body()).contains("retry_after_ms"));
+}
+
+TEST(ErrorTableTest, MethodNotAllowedCarriesAllow) {
+  response res = make_error_response(make_error(errc::method_not_allowed, "no"), 11,
+                                     {.retry_after_ms = 0, .allow = "GET, POST"});
+  EXPECT_EQ(res.result(), status::method_not_allowed);
+  EXPECT_EQ(res[bhttp::field::allow], "GET, POST");
+}
+
+TEST(ErrorTableTest, InvalidUtf8InMessageDoesNotThrow) {
+  std::string bad = "bad \xff\xfe bytes";
+  std::string body;
+  ASSERT_NO_THROW(body = error_body(make_error(errc::invalid_argument, bad)));
+  EXPECT_TRUE(nlohmann::json::accept(body));
+}
+
+}  // namespace
+}  // namespace onceq::http

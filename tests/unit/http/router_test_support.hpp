@@ -1,0 +1,133 @@
+#pragma once
+
+// A router over a real broker (in-memory store, manual clock) and runner,
+// called without sockets: handle() runs on a private io_context.
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "broker/broker.hpp"
+#include "broker/runner.hpp"
+#include "http/router.hpp"
+#include "storage/memory_store.hpp"
+
+namespace onceq::http::test {
+
+using json = nlohmann::json;
+namespace asio = boost::asio;
+
+inline http_options test_options() {
+  http_options o;
+  o.version = "9.9.9";
+  o.commit = "abc123";
+  o.stream_poll_ms = 50;
+  return o;
+}
+
+class router_harness {
+ public:
+  explicit router_harness(http_options opts = test_options())
+      : broker_(store_, clock_), runner_(broker_, store_, clock_), router_(runner_, clock_, opts) {
+    auto r = broker_.recover();
+    EXPECT_TRUE(r.ok());
+    runner_.start();
+  }
+  ~router_harness() { runner_.stop(); }
+
+  // Runs handle() to completion.
+  reply call(request req) {
+    asio::io_context ioc;
+    std::optional<reply> out;
+    std::exception_ptr failure;
+    asio::co_spawn(ioc, router_.handle(std::move(req)), [&](std::exception_ptr e, reply r) {
+      failure = e;
+      if (!e) out = std::move(r);
+    });
+    ioc.run();
+    if (failure) std::rethrow_exception(failure);
+    return std::move(*out);
+  }
+
+  response send(bhttp::verb method, std::string_view target, std::string body = {},
+                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+    request req{method, target, 11};
+    for (const auto& [k, v] : headers) req.set(k, v);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    return call(std::move(req)).res;
+  }
+  response get(std::string_view target) { return send(bhttp::verb::get, target); }
+  response post(std::string_view target, const json& body) {
+    return send(bhttp::verb::post, target, body.dump());
+  }
+
+  // Pulls one chunk from a stream on a private io_context.
+  result<std::string> next(consume_stream& s) {
+    asio::io_context ioc;
+    std::optional<result<std::string>> out;
+    std::exception_ptr failure;
+    asio::co_spawn(
+        ioc, [&]() -> asio::awaitable<void> { out.emplace(co_await s.next()); },
+        [&](std::exception_ptr e) { failure = e; });
+    ioc.run();
+    if (failure) std::rethrow_exception(failure);
+    return std::move(*out);
+  }
+
+  manual_clock& clock() { return clock_; }
+  runner& core() { return runner_; }
+  router& routes() { return router_; }
+  storage::memory_store& store() { return store_; }
+
+ private:
+  manual_clock clock_;
+  storage::memory_store store_;
+  broker broker_;
+  runner runner_;
+  router router_;
+};
+
+inline json body_of(const response& res) {
+  return json::parse(res.body());
+}
+
+inline std::vector<json> lines_of(std::string_view text) {
+  std::vector<json> out;
+  while (!text.empty()) {
+    auto nl = text.find('\n');
+    auto line = text.substr(0, nl);
+    if (!line.empty()) out.push_back(json::parse(line));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+// status, {"error":code,...}, application/json and X-Request-Id.
+inline ::testing::AssertionResult is_error(const response& res, unsigned status,
+                                           std::string_view code) {
+  if (res.result_int() != status) {
+    return ::testing::AssertionFailure() << "status " << res.result_int() << " body " << res.body();
+  }
+  if (res[bhttp::field::content_type] != "application/json") {
+    return ::testing::AssertionFailure() << "content-type " << res[bhttp::field::content_type];
+  }
+  if (res["X-Request-Id"].empty()) return ::testing::AssertionFailure() << "no X-Request-Id";
+  auto j = json::parse(res.body(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("error", "") != code ||
+      !j.contains("message") || !j["message"].is_string()) {
+    return ::testing::AssertionFailure() << "body " << res.body();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace onceq::http::test
