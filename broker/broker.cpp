@@ -475,14 +475,17 @@ struct broker::state {
   }
 
   // A failed attempt (nack or lease expiry): retry later or dead-letter.
+  // The key becomes failed after a nack or the last attempt; a lease that
+  // merely ran out returns it to available (spec: Concepts).
   result<void> fail_attempt(topic& t, group& g, std::uint32_t p, std::uint64_t off,
-                            open_delivery& d, std::optional<millis> delay, millis now,
+                            open_delivery& d, std::optional<millis> delay, bool nacked, millis now,
                             st::batch& b) {
     if (d.state == st::delivery_state::leased && g.stats.inflight > 0) --g.stats.inflight;
+    d.state = st::delivery_state::pending;
     std::string scope = d.scope;
     auto max = max_attempts_of(t, d);
-    if (!scope.empty()) {
-      // failed: the next delivery of a message with this key leases it again.
+    bool exhausted = max > 0 && d.attempts >= max;
+    if (!scope.empty() && (nacked || exhausted)) {
       st::key_record k;
       k.state = st::key_state::failed;
       k.owner = d.owner;
@@ -494,11 +497,10 @@ struct broker::state {
       // A committed key (by another message) must not be overwritten.
       if (!live_key(scope, now).ok()) b.put(column::keys, scope, st::encode(k));
     }
-    if (max > 0 && d.attempts >= max) {
+    if (exhausted) {
       ONCEQ_TRY(dead_letter(t, g, p, off, d, now, b));
       close_delivery(g, p, off);
     } else {
-      d.state = st::delivery_state::pending;
       d.not_before_ms = now + (delay ? *delay : backoff_of(t, d));
       put_delivery(b, t, g, p, off, d);
       schedule_pending(t, g, p, off, d, now);
@@ -640,26 +642,10 @@ struct broker::state {
         if (d.state != st::delivery_state::leased || d.lease_deadline_ms != tm.at) continue;
         d.last_error = "lease_expired";
         ++g.stats.lease_expired;
-        // A lapsed lease returns the key to available (no key record).
-        if (!d.scope.empty()) {
-          auto held = g.leased_keys.find(d.scope);
-          if (held != g.leased_keys.end() && held->second.partition == tm.partition &&
-              held->second.offset == tm.offset)
-            g.leased_keys.erase(held);
-        }
-        if (d.state == st::delivery_state::leased && g.stats.inflight > 0) --g.stats.inflight;
-        d.state = st::delivery_state::pending;
-        auto max = max_attempts_of(t, d);
-        std::string scope = d.scope;
-        if (max > 0 && d.attempts >= max) {
-          if (!dead_letter(t, g, tm.partition, tm.offset, d, now, b).ok()) continue;
-          close_delivery(g, tm.partition, tm.offset);
-        } else {
-          d.not_before_ms = now + backoff_of(t, d);
-          put_delivery(b, t, g, tm.partition, tm.offset, d);
-          schedule_pending(t, g, tm.partition, tm.offset, d, now);
-        }
-        release_key(t, g, scope, tm.partition, tm.offset, now);
+        // Ignoring the error is deliberate: it can only be a failed read,
+        // and the delivery stays as it was for the next tick.
+        [[maybe_unused]] auto ignored =
+            fail_attempt(t, g, tm.partition, tm.offset, d, std::nullopt, false, now, b);
       } else {
         if (d.state != st::delivery_state::pending || d.parked || d.not_before_ms > now) continue;
         ps.ready.insert(tm.offset);
@@ -672,6 +658,33 @@ struct broker::state {
   }
 
   // ---- retention -------------------------------------------------------
+
+  // Deletes the messages of partition p below upto, with every group's
+  // delivery records for them; open deliveries there end (unacked messages
+  // dropped by age, or moved out of a DLQ) and cursors move past them.
+  void truncate(topic& t, std::uint32_t p, std::uint64_t upto, millis now, st::batch& b) {
+    auto& part = t.parts[p];
+    if (upto <= part.start) return;
+    b.del_range(column::messages, st::keys::message(t.rec.id, p, part.start),
+                st::keys::message(t.rec.id, p, upto));
+    for (auto& [name, g] : t.groups) {
+      b.del_range(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, part.start),
+                  st::keys::delivery(t.rec.id, g->id, p, upto));
+      auto& ps = g->parts[p];
+      while (!ps.open.empty() && ps.open.begin()->first < upto) {
+        auto off = ps.open.begin()->first;
+        auto scope = ps.open.begin()->second.scope;
+        close_delivery(*g, p, off);
+        release_key(t, *g, scope, p, off, now);
+      }
+      if (ps.cursor < upto) {
+        ps.cursor = upto;
+        put_cursor(b, t, *g, p);
+      }
+    }
+    part.start = upto;
+    b.put(column::meta, st::keys::partition_start(t.rec.id, p), st::encode_u64(upto));
+  }
 
   // Deletes messages acked by every group, and messages older than the
   // topic's retention_ms, a bounded number per run.
@@ -713,26 +726,7 @@ struct broker::state {
         }
         upto = std::min(upto, part.start + k_retention_batch);
         if (upto <= part.start) continue;
-        b.del_range(column::messages, st::keys::message(t.rec.id, p, part.start),
-                    st::keys::message(t.rec.id, p, upto));
-        for (auto& [gn, g] : t.groups) {
-          b.del_range(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, part.start),
-                      st::keys::delivery(t.rec.id, g->id, p, upto));
-          auto& ps = g->parts[p];
-          // Unacked messages dropped by age: their deliveries end here.
-          while (!ps.open.empty() && ps.open.begin()->first < upto) {
-            auto off = ps.open.begin()->first;
-            auto scope = ps.open.begin()->second.scope;
-            close_delivery(*g, p, off);
-            release_key(t, *g, scope, p, off, now);
-          }
-          if (ps.cursor < upto) {
-            ps.cursor = upto;
-            put_cursor(b, t, *g, p);
-          }
-        }
-        part.start = upto;
-        b.put(column::meta, st::keys::partition_start(t.rec.id, p), st::encode_u64(upto));
+        truncate(t, p, upto, now, b);
       }
     }
     [[maybe_unused]] auto ignored = write(b);  // see fire_timers
@@ -746,6 +740,28 @@ broker::broker(st::store& store, const clock& time, broker_options opts)
 
 broker::~broker() = default;
 
+namespace {
+// Scans [begin, end) and stops at the first record fn rejects.
+template <class Fn>
+result<void> scan_records(st::store& store, column c, std::string_view begin, std::string_view end,
+                          Fn&& fn) {
+  std::optional<error> bad;
+  ONCEQ_TRY(store.scan(c, begin, end, [&](std::string_view k, std::string_view v) {
+    result<void> r = fn(k, v);
+    if (r.ok()) return true;
+    bad = std::move(r).err();
+    return false;
+  }));
+  if (bad) return *bad;
+  return {};
+}
+
+template <class Fn>
+result<void> scan_prefix(st::store& store, column c, const std::string& prefix, Fn&& fn) {
+  return scan_records(store, c, prefix, st::keys::prefix_end(prefix), std::forward<Fn>(fn));
+}
+}  // namespace
+
 result<void> broker::recover() {
   auto& s = *s_;
   auto now = s.time.now_ms();
@@ -755,34 +771,29 @@ result<void> broker::recover() {
     s.next_topic_id = static_cast<st::topic_id>(*v);
   }
   std::vector<st::topic_record> recs;
-  std::optional<error> bad;
-  auto tp = st::keys::topic_prefix();
-  ONCEQ_TRY(s.store.scan(column::meta, tp, st::keys::prefix_end(tp),
-                         [&](std::string_view, std::string_view v) {
-                           auto r = st::decode_topic(v);
-                           if (!r.ok()) {
-                             bad = r.err();
-                             return false;
-                           }
-                           recs.push_back(std::move(*r));
-                           return true;
-                         }));
-  if (bad) return *bad;
+  ONCEQ_TRY(scan_prefix(s.store, column::meta, st::keys::topic_prefix(),
+                        [&](std::string_view, std::string_view v) -> result<void> {
+                          auto r = st::decode_topic(v);
+                          if (!r.ok()) return std::move(r).err();
+                          recs.push_back(std::move(*r));
+                          return {};
+                        }));
   for (auto& rec : recs) {
     auto& t = s.add_topic(std::move(rec));
     auto id = t.rec.id;
-    auto sp = st::keys::partition_start_prefix(id);
-    ONCEQ_TRY(s.store.scan(column::meta, sp, st::keys::prefix_end(sp),
-                           [&](std::string_view k, std::string_view v) {
-                             auto p = st::keys::parse_partition_start(k);
-                             auto off = st::decode_u64(v);
-                             if (p.ok() && off.ok() && *p < t.parts.size())
-                               t.parts[*p].start = *off;
-                             return true;
-                           }));
+    ONCEQ_TRY(scan_prefix(s.store, column::meta, st::keys::partition_start_prefix(id),
+                          [&](std::string_view k, std::string_view v) -> result<void> {
+                            auto p = st::keys::parse_partition_start(k);
+                            auto off = st::decode_u64(v);
+                            if (!p.ok()) return std::move(p).err();
+                            if (!off.ok()) return std::move(off).err();
+                            if (*p < t.parts.size()) t.parts[*p].start = *off;
+                            return {};
+                          }));
     for (std::uint32_t p = 0; p < t.parts.size(); ++p) {
       auto& part = t.parts[p];
       part.next = part.start;
+      part.tail_base = part.start;
       auto last =
           s.store.last_key(column::messages, st::keys::message(id, p, 0),
                            st::keys::message(id, p, std::numeric_limits<std::uint64_t>::max()));
@@ -792,49 +803,41 @@ result<void> broker::recover() {
         part.next = std::max(part.next, *off + 1);
       }
     }
-    auto gp = st::keys::group_prefix(id);
-    ONCEQ_TRY(s.store.scan(column::meta, gp, st::keys::prefix_end(gp),
-                           [&](std::string_view, std::string_view v) {
-                             auto g = st::decode_group(v);
-                             if (!g.ok()) {
-                               bad = g.err();
-                               return false;
-                             }
-                             s.add_group(t, g->id, g->name);
-                             return true;
-                           }));
-    if (bad) return *bad;
-    auto cp = st::keys::cursor_prefix(id);
-    ONCEQ_TRY(s.store.scan(column::meta, cp, st::keys::prefix_end(cp),
-                           [&](std::string_view k, std::string_view v) {
-                             auto c = st::keys::parse_cursor(k);
-                             auto off = st::decode_u64(v);
-                             if (!c.ok() || !off.ok()) return true;
-                             auto gi = t.groups_by_id.find(c->group);
-                             if (gi != t.groups_by_id.end() && c->partition < t.parts.size())
-                               gi->second->parts[c->partition].cursor = *off;
-                             return true;
-                           }));
+    ONCEQ_TRY(scan_prefix(s.store, column::meta, st::keys::group_prefix(id),
+                          [&](std::string_view, std::string_view v) -> result<void> {
+                            auto g = st::decode_group(v);
+                            if (!g.ok()) return std::move(g).err();
+                            s.add_group(t, g->id, g->name);
+                            return {};
+                          }));
+    ONCEQ_TRY(scan_prefix(s.store, column::meta, st::keys::cursor_prefix(id),
+                          [&](std::string_view k, std::string_view v) -> result<void> {
+                            auto c = st::keys::parse_cursor(k);
+                            auto off = st::decode_u64(v);
+                            if (!c.ok()) return std::move(c).err();
+                            if (!off.ok()) return std::move(off).err();
+                            auto gi = t.groups_by_id.find(c->group);
+                            if (gi != t.groups_by_id.end() && c->partition < t.parts.size())
+                              gi->second->parts[c->partition].cursor = *off;
+                            return {};
+                          }));
     // Open deliveries: leases, pending redeliveries, attempts, held keys.
     struct loaded {
       st::keys::delivery_key key;
       st::delivery_record rec;
     };
     std::vector<loaded> open;
-    ONCEQ_TRY(s.store.scan(column::deliveries, st::keys::topic_begin(id), st::keys::topic_end(id),
-                           [&](std::string_view k, std::string_view v) {
-                             auto dk = st::keys::parse_delivery(k);
-                             auto dr = st::decode_delivery(v);
-                             if (!dk.ok() || !dr.ok()) {
-                               bad = !dk.ok() ? dk.err() : dr.err();
-                               return false;
-                             }
-                             if (dr->state == st::delivery_state::pending ||
-                                 dr->state == st::delivery_state::leased)
-                               open.push_back(loaded{*dk, std::move(*dr)});
-                             return true;
-                           }));
-    if (bad) return *bad;
+    ONCEQ_TRY(scan_records(
+        s.store, column::deliveries, st::keys::topic_begin(id), st::keys::topic_end(id),
+        [&](std::string_view k, std::string_view v) -> result<void> {
+          auto dk = st::keys::parse_delivery(k);
+          if (!dk.ok()) return std::move(dk).err();
+          auto dr = st::decode_delivery(v);
+          if (!dr.ok()) return std::move(dr).err();
+          if (dr->state == st::delivery_state::pending || dr->state == st::delivery_state::leased)
+            open.push_back(loaded{*dk, std::move(*dr)});
+          return {};
+        }));
     for (auto& l : open) {
       auto gi = t.groups_by_id.find(l.key.group);
       if (gi == t.groups_by_id.end() || l.key.partition >= t.parts.size()) continue;
@@ -1227,7 +1230,8 @@ result<void> broker::nack(const nack_cmd& cmd) {
   st::batch b;
   d.last_error = cmd.reason.empty() ? "nack" : cmd.reason;
   ++g->stats.nacked;
-  ONCEQ_TRY(s.fail_attempt(*t, *g, cmd.ref.partition, cmd.ref.offset, d, cmd.delay_ms, now, b));
+  ONCEQ_TRY(
+      s.fail_attempt(*t, *g, cmd.ref.partition, cmd.ref.offset, d, cmd.delay_ms, true, now, b));
   return s.write(b);
 }
 
@@ -1348,26 +1352,8 @@ result<std::int64_t> broker::redrive(const redrive_cmd& cmd) {
       }));
   if (bad) return *bad;
   if (moved == 0) return std::int64_t{0};
-  b.del_range(column::messages, st::keys::message(dlq->rec.id, 0, dp.start),
-              st::keys::message(dlq->rec.id, 0, upto));
-  b.put(column::meta, st::keys::partition_start(dlq->rec.id, 0), st::encode_u64(upto));
-  for (auto& [gn, g] : dlq->groups) {
-    auto& ps = g->parts[0];
-    while (!ps.open.empty() && ps.open.begin()->first < upto) {
-      auto off = ps.open.begin()->first;
-      auto scope = ps.open.begin()->second.scope;
-      s.close_delivery(*g, 0, off);
-      s.release_key(*dlq, *g, scope, 0, off, now);
-    }
-    b.del_range(column::deliveries, st::keys::delivery(dlq->rec.id, g->id, 0, dp.start),
-                st::keys::delivery(dlq->rec.id, g->id, 0, upto));
-    if (ps.cursor < upto) {
-      ps.cursor = upto;
-      s.put_cursor(b, *dlq, *g, 0);
-    }
-  }
+  s.truncate(*dlq, 0, upto, now, b);
   ONCEQ_TRY(s.write(b));
-  dp.start = upto;
   for (std::size_t p = 0; p < t.parts.size(); ++p) t.parts[p].next = next[p];
   t.produced += static_cast<std::uint64_t>(moved);
   s.ready_topics.insert(t.rec.name);
