@@ -19,8 +19,8 @@ struct broker_options {
   std::int64_t max_lease_ms = 3'600'000;       // Default: 1 hour
   std::int64_t max_delay_ms = 31'536'000'000;  // Default: 365 days (delay_ms, nack delay_ms)
   // Recently produced messages kept in memory so that consumers near the
-  // tail do not read them back from the store. Default: 64 MiB.
-  std::size_t message_cache_bytes = 64ull << 20;
+  // tail do not read them back from the store. Default: 32 MiB.
+  std::size_t message_cache_bytes = 32ull << 20;
 };
 
 // The core: topics, partitions, groups, deliveries and leases, idempotency

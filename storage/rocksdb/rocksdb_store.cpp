@@ -190,6 +190,11 @@ struct rocksdb_store::impl {
     // growing the disk without bound under a steady load. Past this total
     // RocksDB flushes the families that hold the oldest WAL.
     o.max_total_wal_size = 2 * opts_.write_buffer_bytes;
+    // All memtables together stay within this: five families each allowed
+    // two write buffers would otherwise reach 10x write_buffer_bytes (320 MiB
+    // at the default) under a produce-heavy load. The largest memtable is
+    // flushed first when the total is reached.
+    o.db_write_buffer_size = 3 * opts_.write_buffer_bytes;
     return o;
   }
 
