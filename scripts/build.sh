@@ -10,8 +10,20 @@ cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"
 
+# The assertion-free RocksDB of scripts/rocksdb-release.sh when it is there
+# (and ONCEQ_ROCKSDB is not "debian"), else Debian's librocksdb.
+rocksdb_prefix="${ROCKSDB_PREFIX:-/opt/onceq-rocksdb}"
+rocksdb_args=()
+if [ "${ONCEQ_ROCKSDB:-release}" != "debian" ] && [ -f "$rocksdb_prefix/lib/librocksdb.a" ]; then
+  rocksdb_args=(-DROCKSDB_INCLUDE_DIR="$rocksdb_prefix/include"
+                -DROCKSDB_LIBRARY="$rocksdb_prefix/lib/librocksdb.a")
+else
+  rocksdb_args=(-DROCKSDB_INCLUDE_DIR=/usr/include
+                -DROCKSDB_LIBRARY="/usr/lib/$(gcc -print-multiarch)/librocksdb.so")
+fi
+
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${rocksdb_args[@]}" ${CMAKE_ARGS:-}
 
 targets=()
 for t in "$@"; do

@@ -17,17 +17,33 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "deps: all ${#packages[@]} packages already installed"
-  exit 0
-fi
+install_packages() {
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "deps: all ${#packages[@]} packages already installed"
+    return 0
+  fi
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+}
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
   sudo=(sudo)
 fi
 
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update
-"${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+install_packages
+
+# Debian's librocksdb is built with assertions on, which costs about half of
+# the broker core's CPU (docs/BENCHMARKS.md, "RocksDB without assertions").
+# Build the same version from Debian's source package without them, once
+# (cached in /opt/onceq-rocksdb, ~11 min on 2 cores); scripts/build.sh links
+# it when present. If that build fails, onceq still builds and runs against
+# Debian's library. ONCEQ_ROCKSDB=debian skips it.
+if [ "${ONCEQ_ROCKSDB:-release}" != "debian" ]; then
+  if ! bash "$(dirname "$0")/rocksdb-release.sh"; then
+    echo "deps: WARNING: building RocksDB without assertions failed;" \
+         "using Debian's librocksdb (slower)" >&2
+  fi
+fi
