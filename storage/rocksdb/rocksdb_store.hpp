@@ -22,10 +22,10 @@ struct fsync_policy {
 };
 
 struct storage_options {
-  std::string data_dir;                              // required
-  fsync_policy fsync;                                // Default: always
-  std::size_t block_cache_bytes = 32ull << 20;       // Default: 32 MiB
-  std::size_t write_buffer_bytes = 16ull << 20;      // Default: 16 MiB per column family memtable
+  std::string data_dir;                          // required
+  fsync_policy fsync;                            // Default: always
+  std::size_t block_cache_bytes = 32ull << 20;   // Default: 32 MiB
+  std::size_t write_buffer_bytes = 16ull << 20;  // Default: 16 MiB per column family memtable
   // Used by the compaction filter to drop expired keys and dedup entries.
   // Must outlive the store. Default: a system clock owned by the store.
   const clock* time = nullptr;
