@@ -20,6 +20,15 @@
 #include "http/server.hpp"
 #include "storage/rocksdb/rocksdb_store.hpp"
 
+// Read by jemalloc at start when onceqd is linked with it (cmd/CMakeLists.txt),
+// ignored otherwise: hand freed pages back to the OS within about a second
+// instead of ten, so that RSS follows the bounded caches (docs/OPERATIONS.md
+// "Sizing") rather than the peak of the last burst.
+extern "C" {
+// NOLINTNEXTLINE: the name and type are jemalloc's
+const char* malloc_conf = "dirty_decay_ms:1000,muzzy_decay_ms:0";
+}
+
 #ifndef ONCEQ_VERSION
 #define ONCEQ_VERSION "0.0.0"
 #endif
