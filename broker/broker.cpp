@@ -426,6 +426,17 @@ struct broker::state {
     ps.open.erase(it);
   }
 
+  // Ends an open delivery whose message is gone (retention, DLQ redrive):
+  // no longer in flight, and its key, if it held one, is free again.
+  void drop_open(topic& t, group& g, std::uint32_t p, std::uint64_t off, millis now) {
+    auto& ps = g.parts[p];
+    auto it = ps.open.find(off);
+    if (it == ps.open.end()) return;
+    auto scope = it->second.scope;
+    close_delivery(g, p, off);
+    release_key(t, g, scope, p, off, now);
+  }
+
   // Moves the message to dlq.<topic> and marks the delivery dead. The key,
   // if any, is left failed.
   result<void> dead_letter(topic& t, group& g, std::uint32_t p, std::uint64_t off, open_delivery& d,
@@ -518,23 +529,13 @@ struct broker::state {
                            std::vector<delivery>& out) {
     auto& ps = g.parts[p];
     auto m = read_message(t, p, off);
-    if (!m.ok()) {
-      if (m.code() != errc::not_found) return std::move(m).err();
-      // Deleted by retention: nothing to deliver.
-      close_delivery(g, p, off);
-      b.del(column::deliveries, st::keys::delivery(t.rec.id, g.id, p, off));
-      return false;
-    }
+    if (!m.ok() && m.code() != errc::not_found) return std::move(m).err();
     const auto retention = t.rec.settings.retention_ms;
-    if (retention > 0 && m->produced_at_ms + retention <= now) {
-      // Expired: never delivered again, whatever the retention run's pace.
-      auto open = ps.open.find(off);
-      if (open != ps.open.end()) {
-        auto scope = open->second.scope;
-        close_delivery(g, p, off);
-        release_key(t, g, scope, p, off, now);
-        b.del(column::deliveries, st::keys::delivery(t.rec.id, g.id, p, off));
-      }
+    if (!m.ok() || (retention > 0 && m->produced_at_ms + retention <= now)) {
+      // Deleted or expired: never delivered again, whatever the retention
+      // run's pace.
+      drop_open(t, g, p, off, now);
+      b.del(column::deliveries, st::keys::delivery(t.rec.id, g.id, p, off));
       return false;
     }
     auto [it, fresh] = ps.open.try_emplace(off);
@@ -671,12 +672,8 @@ struct broker::state {
       b.del_range(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, part.start),
                   st::keys::delivery(t.rec.id, g->id, p, upto));
       auto& ps = g->parts[p];
-      while (!ps.open.empty() && ps.open.begin()->first < upto) {
-        auto off = ps.open.begin()->first;
-        auto scope = ps.open.begin()->second.scope;
-        close_delivery(*g, p, off);
-        release_key(t, *g, scope, p, off, now);
-      }
+      while (!ps.open.empty() && ps.open.begin()->first < upto)
+        drop_open(t, *g, p, ps.open.begin()->first, now);
       if (ps.cursor < upto) {
         ps.cursor = upto;
         put_cursor(b, t, *g, p);
@@ -919,9 +916,10 @@ topic_info info_of(const topic& t) {
       const auto& ps = g->parts[p];
       waiting += t.parts[p].next > ps.cursor ? t.parts[p].next - ps.cursor : 0;
       waiting += ps.open.size();
-      for (const auto& [off, d] : ps.open) {
+      // The lowest open offset is the oldest unacked message of its partition.
+      if (!ps.open.empty()) {
+        const auto& d = ps.open.begin()->second;
         if (d.known && (oldest == 0 || d.produced_at_ms < oldest)) oldest = d.produced_at_ms;
-        break;  // the lowest open offset is the oldest of this partition
       }
     }
     gs.backlog = waiting >= gs.inflight ? waiting - gs.inflight : 0;

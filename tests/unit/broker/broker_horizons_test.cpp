@@ -182,10 +182,11 @@ TEST_F(BrokerTest, LeaseExpiryCountsTowardsMaxAttempts) {
   topic_settings s;
   s.max_attempts = 1;
   create("t", 1, s);
-  produce("t", "x");
+  produce("t", "x", "k");
   consume("t", "g", "a", 1, 100);
   advance(100);
   EXPECT_TRUE(consume("t", "g", "a").empty());
+  EXPECT_EQ(key("t", "g", "k").st, key_info::state::failed) << "exhausted: failed, not available";
   auto dead = consume("dlq.t", "ops", "o");
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].dlq->last_error, "lease_expired");
