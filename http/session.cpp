@@ -1,5 +1,6 @@
 #include "http/session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <exception>
@@ -34,6 +35,9 @@ constexpr auto k_tuple = asio::as_tuple(use_awaitable);
 // of a connection reset.
 constexpr std::chrono::milliseconds k_drain_time{1000};
 constexpr std::size_t k_drain_bytes = 8u << 20;
+
+// Beast's largest single read (http::read_some asks for at most 64 KiB).
+constexpr std::uint64_t k_max_read_bytes = 64u << 10;
 
 std::chrono::milliseconds ms(millis v) {
   return std::chrono::milliseconds(v);
@@ -105,6 +109,14 @@ asio::awaitable<void> session::run() {
         auto [wec, wn] = co_await asio::async_write(
             stream_, asio::buffer(k_continue.data(), k_continue.size()), k_tuple);
         if (wec) break;
+      }
+      // Beast reads at most the buffer's free capacity per read (512 bytes
+      // minimum) and the parser drains it into the body after each read, so
+      // a buffer sized for the header would take a 40 KB body in ~80 reads,
+      // each with its own epoll re-arm and timer. Room for the body (up to
+      // Beast's 64 KiB per read) makes that one or two reads.
+      if (auto len = parser.content_length(); len && *len > buffer_.capacity() - buffer_.size()) {
+        buffer_.reserve(std::min<std::uint64_t>(*len, k_max_read_bytes) + buffer_.size());
       }
       stream_.expires_after(ms(opts_.idle_timeout_ms));
       auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, k_tuple);
