@@ -15,6 +15,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 
+constexpr std::size_t k_read_buffer = 64u << 10;
+
 http_client::http_client(std::string host, int port)
     : host_(std::move(host)), port_(port), stream_(ioc_) {
   connect();
@@ -51,6 +53,9 @@ http_response& http_client::request(http::verb method, std::string_view target, 
   }
   http::response_parser<http::string_body> parser;
   parser.body_limit(64u << 20);
+  // Beast reads at most the buffer's free capacity per read: without room
+  // a 40 KB consume answer takes ~80 reads of 512 bytes.
+  if (buffer_.capacity() < k_read_buffer) buffer_.reserve(k_read_buffer);
 
   beast::error_code ec;
   stream_.expires_after(timeout);

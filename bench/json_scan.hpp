@@ -15,6 +15,11 @@ namespace onceq::bench {
 template <typename Fn>
 bool scan_object(std::string_view text, Fn&& fn);
 
+// Calls fn(raw_element) for each element of the array in `text`. Returns
+// false on malformed input.
+template <typename Fn>
+bool scan_array(std::string_view text, Fn&& fn);
+
 // The integer in `raw`, or false.
 bool json_int(std::string_view raw, std::int64_t& out);
 
@@ -49,6 +54,25 @@ bool scan_object(std::string_view s, Fn&& fn) {
     i = detail::skip_ws(s, value_end);
     if (i >= s.size()) return false;
     if (s[i] == '}') return true;
+    if (s[i] != ',') return false;
+    i = detail::skip_ws(s, i + 1);
+  }
+  return false;
+}
+
+template <typename Fn>
+bool scan_array(std::string_view s, Fn&& fn) {
+  std::size_t i = detail::skip_ws(s, 0);
+  if (i >= s.size() || s[i] != '[') return false;
+  i = detail::skip_ws(s, i + 1);
+  if (i < s.size() && s[i] == ']') return true;
+  while (i < s.size()) {
+    const std::size_t end = detail::end_of_value(s, i);
+    if (end == std::string_view::npos) return false;
+    fn(s.substr(i, end - i));
+    i = detail::skip_ws(s, end);
+    if (i >= s.size()) return false;
+    if (s[i] == ']') return true;
     if (s[i] != ',') return false;
     i = detail::skip_ws(s, i + 1);
   }
