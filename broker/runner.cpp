@@ -79,25 +79,33 @@ void runner::post_job(job j, reject r) {
   cv_.notify_one();
 }
 
-namespace {
 // Answers a consume after its delivery records are durable.
-void answer_durable(storage::store& store, result<std::vector<delivery>> r,
-                    std::function<void(result<std::vector<delivery>>)> done) {
+void runner::answer_durable(result<std::vector<delivery>> r,
+                            std::function<void(result<std::vector<delivery>>)> done) {
   if (!r.ok() || r->empty()) {
     done(std::move(r));
     return;
   }
-  auto holder = std::make_shared<result<std::vector<delivery>>>(std::move(r));
-  auto d = std::make_shared<std::function<void(result<std::vector<delivery>>)>>(std::move(done));
-  store.when_durable([holder, d](result<void> durable) {
+  after_durable([r = std::move(r), done = std::move(done)](result<void> durable) mutable {
     if (!durable.ok()) {
-      (*d)(std::move(durable).err());
+      done(std::move(durable).err());
     } else {
-      (*d)(std::move(*holder));
+      done(std::move(r));
     }
   });
 }
-}  // namespace
+
+void runner::after_durable(durable_fn fn) {
+  round_.push_back(std::move(fn));
+}
+
+void runner::end_round() {
+  if (round_.empty()) return;
+  store_.when_durable([batch = std::move(round_)](result<void> durable) mutable {
+    for (auto& fn : batch) fn(durable);
+  });
+  round_.clear();
+}
 
 void runner::consume(consume_cmd cmd, millis wait_ms,
                      std::function<void(result<std::vector<delivery>>)> done) {
@@ -106,13 +114,13 @@ void runner::consume(consume_cmd cmd, millis wait_ms,
       waiter{std::move(cmd), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job(
-      [this, w, wait_ms](broker& b, storage::store& s) {
+      [this, w, wait_ms](broker& b) {
         auto r = b.consume(w->cmd);
         if (r.ok() && r->empty() && wait_ms > 0) {
           waiters_.push_back(w);
           return;
         }
-        answer_durable(s, std::move(r), std::move(w->done));
+        answer_durable(std::move(r), std::move(w->done));
       },
       std::move(rej));
 }
@@ -123,7 +131,7 @@ void runner::wait_key(key_query q, millis wait_ms, std::function<void(result<key
       std::move(q), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job(
-      [this, w, wait_ms](broker& b, storage::store&) {
+      [this, w, wait_ms](broker& b) {
         auto r = b.get_key(w->q);
         if (r.ok() && r->st != key_info::state::committed && wait_ms > 0) {
           key_waiters_.push_back(w);
@@ -150,7 +158,7 @@ void runner::loop() {
       if (stopping_) break;
       local.swap(queue_);
     }
-    for (auto& [j, r] : local) j(broker_, store_);
+    for (auto& [j, r] : local) j(broker_);
     local.clear();
     broker_.tick();
 
@@ -165,7 +173,7 @@ void runner::loop() {
         if (ready_set.count(w->cmd.topic)) {
           auto r = broker_.consume(w->cmd);
           if (!r.ok() || !r->empty()) {
-            answer_durable(store_, std::move(r), std::move(w->done));
+            answer_durable(std::move(r), std::move(w->done));
             continue;
           }
         }
@@ -188,9 +196,9 @@ void runner::loop() {
           auto r = broker_.get_key(w->q);
           if (!r.ok() || r->st == key_info::state::committed || w->deadline <= now) {
             // A committed key is durable once the ack that committed it is.
-            auto holder = std::make_shared<result<key_info>>(std::move(r));
-            auto done = std::make_shared<std::function<void(result<key_info>)>>(std::move(w->done));
-            store_.when_durable([holder, done](result<void>) { (*done)(std::move(*holder)); });
+            after_durable([r = std::move(r), done = std::move(w->done)](result<void>) mutable {
+              done(std::move(r));
+            });
             continue;
           }
         }
@@ -198,6 +206,7 @@ void runner::loop() {
       }
       key_waiters_.swap(keep);
     }
+    end_round();
   }
   // Shutting down: run what is queued (its answers are still owed), then
   // release parked waiters with what they have.
@@ -205,7 +214,8 @@ void runner::loop() {
     std::lock_guard lk(mu_);
     local.swap(queue_);
   }
-  for (auto& [j, r] : local) j(broker_, store_);
+  for (auto& [j, r] : local) j(broker_);
+  end_round();
   for (auto& w : waiters_) w->done(std::vector<delivery>{});
   for (auto& w : key_waiters_) w->done(broker_.get_key(w->q));
   waiters_.clear();

@@ -45,18 +45,17 @@ class runner {
   void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
     auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
     post_job(
-        [fn = std::move(fn), shared_done](broker& b, storage::store& s) mutable {
+        [this, fn = std::move(fn), shared_done](broker& b) mutable {
           auto r = fn(b);
           if (!r.ok()) {
             (*shared_done)(std::move(r));
             return;
           }
-          auto holder = std::make_shared<result<T>>(std::move(r));
-          s.when_durable([holder, shared_done](result<void> durable) {
+          after_durable([r = std::move(r), shared_done](result<void> durable) mutable {
             if (!durable.ok()) {
               (*shared_done)(result<T>(std::move(durable).err()));
             } else {
-              (*shared_done)(std::move(*holder));
+              (*shared_done)(std::move(r));
             }
           });
         },
@@ -76,10 +75,18 @@ class runner {
   std::size_t queue_depth() const;
 
  private:
-  using job = std::function<void(broker&, storage::store&)>;
+  using job = std::function<void(broker&)>;
   using reject = std::function<void(error)>;
+  using durable_fn = std::function<void(result<void>)>;
   void post_job(job j, reject r);
   void loop();
+  // Core thread: fn runs once the writes made so far are durable. Answers
+  // gathered over one round of the loop share one when_durable (and so one
+  // fsync), including consumes woken by that round's produces.
+  void after_durable(durable_fn fn);
+  void end_round();
+  void answer_durable(result<std::vector<delivery>> r,
+                      std::function<void(result<std::vector<delivery>>)> done);
 
   struct waiter;
   struct key_waiter;
@@ -99,6 +106,7 @@ class runner {
   // Core-thread only.
   std::vector<std::shared_ptr<waiter>> waiters_;
   std::vector<std::shared_ptr<key_waiter>> key_waiters_;
+  std::vector<durable_fn> round_;
 };
 
 }  // namespace onceq

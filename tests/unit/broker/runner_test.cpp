@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <vector>
 
 #include "storage/memory_store.hpp"
 
@@ -120,6 +122,97 @@ TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(f.get().ok());
   EXPECT_EQ(produce("late").code(), errc::unavailable);
+}
+
+// A store whose durability the test releases by hand: answers must wait for
+// it, whichever round of the core loop registered them.
+class gated_store final : public storage::store {
+ public:
+  result<void> write(const storage::batch& b) override { return inner_.write(b); }
+  result<std::string> get(storage::column c, std::string_view key) override {
+    return inner_.get(c, key);
+  }
+  result<void> scan(storage::column c, std::string_view begin, std::string_view end,
+                    const visitor& fn) override {
+    return inner_.scan(c, begin, end, fn);
+  }
+  result<std::string> last_key(storage::column c, std::string_view begin,
+                               std::string_view end) override {
+    return inner_.last_key(c, begin, end);
+  }
+  void when_durable(std::function<void(result<void>)> done) override {
+    std::lock_guard lk(mu_);
+    if (open_) {
+      done({});
+    } else {
+      held_.push_back(std::move(done));
+    }
+  }
+  void hold() {
+    std::lock_guard lk(mu_);
+    open_ = false;
+  }
+  // Runs every held callback, in order, and lets later ones through.
+  void release() {
+    std::vector<std::function<void(result<void>)>> run;
+    {
+      std::lock_guard lk(mu_);
+      open_ = true;
+      run.swap(held_);
+    }
+    for (auto& fn : run) fn({});
+  }
+
+ private:
+  storage::memory_store inner_;
+  std::mutex mu_;
+  bool open_ = true;
+  std::vector<std::function<void(result<void>)>> held_;
+};
+
+TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
+  system_clock clock;
+  gated_store store;
+  broker b(store, clock);
+  ASSERT_TRUE(b.recover().ok());
+  runner r(b, store, clock);
+  r.start();
+  std::promise<result<topic_created>> tp;
+  r.execute<topic_created>(
+      [](broker& br) {
+        return br.create_topic({"t", 1, {}});
+      },
+      [&tp](result<topic_created> x) { tp.set_value(std::move(x)); });
+  ASSERT_TRUE(tp.get_future().get().ok());
+
+  store.hold();
+  // A parked consumer, then a produce that wakes it: neither may answer
+  // before the write both made is durable.
+  std::promise<result<std::vector<delivery>>> cp;
+  auto cf = cp.get_future();
+  r.consume(consume_cmd{"t", "g", "o", {}, 10}, 10'000,
+            [&cp](result<std::vector<delivery>> x) { cp.set_value(std::move(x)); });
+  std::promise<result<produce_reply>> pp;
+  auto pf = pp.get_future();
+  r.execute<produce_reply>(
+      [](broker& br) {
+        message_in m;
+        m.value = "v";
+        return br.produce(produce_cmd{"t", {m}, {}});
+      },
+      [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
+  EXPECT_EQ(pf.wait_for(200ms), std::future_status::timeout) << "answered before durable";
+  EXPECT_EQ(cf.wait_for(0ms), std::future_status::timeout) << "delivered before durable";
+
+  store.release();
+  ASSERT_EQ(pf.wait_for(5s), std::future_status::ready);
+  ASSERT_TRUE(pf.get().ok());
+  ASSERT_EQ(cf.wait_for(5s), std::future_status::ready);
+  auto got = cf.get();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].value, "v");
+  r.stop();
 }
 
 }  // namespace
