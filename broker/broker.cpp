@@ -609,8 +609,7 @@ struct broker::state {
             it->second.parked)
           continue;
       } else if (ps.cursor < part.next) {
-        off = ps.cursor++;
-        put_cursor(b, t, g, p);
+        off = ps.cursor++;  // consume() writes the moved cursors once
         fill_read_ahead(t, p, off, static_cast<std::uint64_t>(cmd.max_messages) - out.size());
       } else {
         return false;
@@ -1095,6 +1094,10 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
   const auto n = static_cast<std::uint32_t>(t.parts.size());
   // Round robin over partitions, one message per partition per round, so
   // that one busy partition does not starve the others.
+  // Cursors as they were: those that moved are written once at the end,
+  // not once per message taken.
+  std::vector<std::uint64_t> cursors(n);
+  for (std::uint32_t p = 0; p < n; ++p) cursors[p] = g.parts[p].cursor;
   bool progress = true;
   while (progress && out.size() < static_cast<std::size_t>(cmd.max_messages)) {
     progress = false;
@@ -1106,6 +1109,9 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
       progress = progress || *r;
     }
     g.next_partition = (g.next_partition + 1) % n;
+  }
+  for (std::uint32_t p = 0; p < n; ++p) {
+    if (g.parts[p].cursor != cursors[p]) s.put_cursor(b, t, g, p);
   }
   ONCEQ_TRY(s.write(b));
   return out;
