@@ -206,6 +206,17 @@ struct rocksdb_store::impl {
     rocksdb::ColumnFamilyOptions o;
     o.write_buffer_size = opts_.write_buffer_bytes;
     o.compression = compression;
+    // Flushes write L0 uncompressed: L0 files are short-lived (compaction
+    // soon rewrites them, compressed, into the base level), so compressing
+    // them costs CPU on every flush on the hot path for little disk. With
+    // dynamic level bytes, entry 1 is the base level, whatever its number.
+    o.compression_per_level = {rocksdb::kNoCompression,
+                               compression,
+                               compression,
+                               compression,
+                               compression,
+                               compression,
+                               compression};
     // Sizes levels from the bottom up: bounded space amplification and most
     // data in the last level, where the expiry filter is forced to run.
     o.level_compaction_dynamic_level_bytes = true;
