@@ -1,5 +1,7 @@
 #include "broker/runner.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <unordered_set>
@@ -36,7 +38,10 @@ void runner::start() {
   std::lock_guard lk(mu_);
   if (started_) return;
   started_ = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "onceq-core");  // for top -H, perf, gdb
+    loop();
+  });
 }
 
 void runner::stop() {

@@ -2,6 +2,8 @@
 // starts the core runner and the HTTP server, and shuts down cleanly on
 // SIGTERM/SIGINT. The only place where objects are created and wired.
 
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <future>
@@ -96,7 +98,12 @@ int serve(cmd::config cfg) {
 
     auto work = asio::make_work_guard(ioc);
     std::vector<std::thread> threads;
-    for (unsigned i = 0; i < cfg.http.threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+    for (unsigned i = 0; i < cfg.http.threads; ++i) {
+      threads.emplace_back([&ioc] {
+        pthread_setname_np(pthread_self(), "onceq-io");  // for top -H, perf, gdb
+        ioc.run();
+      });
+    }
 
     const auto addr = bound->address();
     fmt::print("onceqd listening on {}:{}\n",

@@ -9,6 +9,8 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -324,7 +326,10 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
     for (int i = 0; i < k_column_count; ++i) p->cfs_[i] = handles[i + 1];
 
     if (opts.fsync.kind != fsync_policy::mode::none) {
-      p->syncer_ = std::thread([raw_p = p.get()] { raw_p->run_syncer(); });
+      p->syncer_ = std::thread([raw_p = p.get()] {
+        pthread_setname_np(pthread_self(), "onceq-sync");
+        raw_p->run_syncer();
+      });
     }
     return std::unique_ptr<rocksdb_store>(new rocksdb_store(std::move(p)));
   } catch (const std::exception& e) {
