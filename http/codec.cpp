@@ -41,47 +41,60 @@ std::optional<std::int64_t> parse_decimal(std::string_view s) {
 }
 
 // Reads the fields of one JSON object, naming them by their path in errors.
+// The path is built only for an error: a reader knows its parent and its
+// name (or index) in it.
 class reader {
  public:
-  reader(const json& obj, std::string where, bool from_query = false)
-      : obj_(obj), where_(std::move(where)), from_query_(from_query) {
-    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_));
+  // The top level (where "") or an object given by name.
+  reader(const jvalue& obj, std::string_view where, bool from_query = false)
+      : obj_(obj), name_(where), from_query_(from_query) {
+    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
+  }
+  // parent's field name.
+  reader(const jvalue& obj, const reader& parent, std::string_view name)
+      : obj_(obj), parent_(&parent), name_(name) {
+    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
+  }
+  // Item index of parent's array field name.
+  reader(const jvalue& obj, const reader& parent, std::string_view name, std::size_t index)
+      : obj_(obj), parent_(&parent), name_(name), index_(index) {
+    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
   }
 
   std::string path(std::string_view name) const {
-    return where_.empty() ? std::string(name) : fmt::format("{}.{}", where_, name);
+    std::string where = where_path();
+    return where.empty() ? std::string(name) : fmt::format("{}.{}", where, name);
   }
 
   // Rejects every field not in names (typos must not pass silently).
   void only(std::initializer_list<std::string_view> names) const {
-    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
-      if (std::find(names.begin(), names.end(), it.key()) == names.end()) {
-        fail(fmt::format("unknown field '{}'", path(it.key())));
+    for (const jmember& m : obj_.members()) {
+      if (std::find(names.begin(), names.end(), m.key) == names.end()) {
+        fail(fmt::format("unknown field '{}'", path(m.key)));
       }
     }
   }
 
-  bool has(std::string_view name) const { return obj_.contains(name); }
+  bool has(std::string_view name) const { return obj_.find(name) != nullptr; }
 
   // The field, or nullptr when absent; null is never a valid value.
-  const json* find(std::string_view name) const {
-    auto it = obj_.find(name);
-    if (it == obj_.end()) return nullptr;
-    if (it->is_null()) fail(fmt::format("{} must not be null", path(name)));
-    return &*it;
+  const jvalue* find(std::string_view name) const {
+    const jvalue* v = obj_.find(name);
+    if (v != nullptr && v->is_null()) fail(fmt::format("{} must not be null", path(name)));
+    return v;
   }
 
-  const json& require(std::string_view name) const {
-    const json* v = find(name);
+  const jvalue& require(std::string_view name) const {
+    const jvalue* v = find(name);
     if (v == nullptr) fail(fmt::format("{} is required", path(name)));
     return *v;
   }
 
   std::optional<std::string> opt_string(std::string_view name) const {
-    const json* v = find(name);
+    const jvalue* v = find(name);
     if (v == nullptr) return std::nullopt;
     if (!v->is_string()) fail(fmt::format("{} must be a string", path(name)));
-    return v->get<std::string>();
+    return std::string(v->str());
   }
 
   std::string req_string(std::string_view name) const {
@@ -92,19 +105,27 @@ class reader {
 
   std::optional<std::int64_t> opt_int(std::string_view name, std::int64_t lo,
                                       std::int64_t hi = k_int_max) const {
-    const json* v = find(name);
+    const jvalue* v = find(name);
     if (v == nullptr) return std::nullopt;
     std::int64_t x = 0;
     if (from_query_ && v->is_string()) {
-      auto d = parse_decimal(v->get_ref<const std::string&>());
+      auto d = parse_decimal(v->str());
       if (!d) fail(fmt::format("{} must be a decimal integer", path(name)));
       x = *d;
-    } else if (v->is_number_unsigned()) {
-      auto u = v->get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(k_int_max)) out_of_range(name, lo, hi);
-      x = static_cast<std::int64_t>(u);
-    } else if (v->is_number_integer()) {
-      x = v->get<std::int64_t>();
+    } else if (v->is_integer()) {
+      const std::string_view t = v->number_text();
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+      (void)end;  // the parser checked the grammar: all of t is read
+      if (ec != std::errc{}) {
+        // Past int64. Up to uint64 max it is an integer out of range;
+        // beyond, and below int64 min, JSON readers take it as a float.
+        std::uint64_t u = 0;
+        if (t.front() != '-' &&
+            std::from_chars(t.data(), t.data() + t.size(), u).ec == std::errc{}) {
+          out_of_range(name, lo, hi);
+        }
+        fail(fmt::format("{} must be an integer", path(name)));
+      }
     } else {
       fail(fmt::format("{} must be an integer", path(name)));
     }
@@ -135,21 +156,32 @@ class reader {
     return s;
   }
 
-  const json& obj() const { return obj_; }
+  const jvalue& obj() const { return obj_; }
 
  private:
+  static constexpr std::size_t k_no_index = static_cast<std::size_t>(-1);
+
+  // "messages[3].envelope"; "" at the top level.
+  std::string where_path() const {
+    std::string out = parent_ == nullptr ? std::string(name_) : parent_->path(name_);
+    if (index_ != k_no_index) out += fmt::format("[{}]", index_);
+    return out;
+  }
+
   [[noreturn]] void out_of_range(std::string_view name, std::int64_t lo, std::int64_t hi) const {
     if (hi == k_int_max) fail(fmt::format("{} must be >= {}", path(name), lo));
     fail(fmt::format("{} must be between {} and {}", path(name), lo, hi));
   }
 
-  const json& obj_;
-  std::string where_;
-  bool from_query_;
+  const jvalue& obj_;
+  const reader* parent_ = nullptr;
+  std::string_view name_;
+  std::size_t index_ = k_no_index;
+  bool from_query_ = false;
 };
 
 reader top(const params& p) {
-  return reader(p.obj, "", p.from_query);
+  return reader(p.obj(), "", p.from_query);
 }
 
 // Runs fn, turning a bad_input into errc::invalid_argument.
@@ -162,8 +194,8 @@ result<T> guarded(Fn&& fn) {
   }
 }
 
-const json& require_array(const reader& r, std::string_view name, std::size_t max) {
-  const json& a = r.require(name);
+const jvalue& require_array(const reader& r, std::string_view name, std::size_t max) {
+  const jvalue& a = r.require(name);
   if (!a.is_array()) fail(fmt::format("{} must be an array", r.path(name)));
   if (a.empty() || a.size() > max) {
     fail(fmt::format("{} must hold 1..{} items", r.path(name), max));
@@ -171,8 +203,7 @@ const json& require_array(const reader& r, std::string_view name, std::size_t ma
   return a;
 }
 
-void read_envelope(const json& env, message_in& m, const std::string& where) {
-  reader r(env, where);
+void read_envelope(const reader& r, message_in& m) {
   r.only({"idempotency_key", "tenant_id", "run_id", "step_id", "parent_step_id", "target_topic",
           "partition_override", "deadline", "retry_policy", "msg_id", "key_ttl_ms", "delay_ms",
           "headers"});
@@ -180,10 +211,10 @@ void read_envelope(const json& env, message_in& m, const std::string& where) {
   if (auto v = r.opt_string("tenant_id")) m.tenant_id = std::move(*v);
   if (auto v = r.opt_string("msg_id")) m.msg_id = std::move(*v);
   // Echoed to consumers only; checked for type.
-  (void)r.opt_string("run_id");
-  (void)r.opt_string("step_id");
-  (void)r.opt_string("parent_step_id");
-  (void)r.opt_string("target_topic");
+  for (std::string_view name : {"run_id", "step_id", "parent_step_id", "target_topic"}) {
+    const jvalue* v = r.find(name);
+    if (v != nullptr && !v->is_string()) fail(fmt::format("{} must be a string", r.path(name)));
+  }
   m.partition_override = r.opt_int("partition_override", 0, k_u32_max);
   m.key_ttl_ms = r.opt_int("key_ttl_ms", 0);
   m.delay_ms = r.opt_int("delay_ms", 0);
@@ -192,22 +223,23 @@ void read_envelope(const json& env, message_in& m, const std::string& where) {
     if (!ms.ok()) fail(fmt::format("{} is {}", r.path("deadline"), ms.err().message));
     m.deadline_ms = *ms;
   }
-  if (const json* rp = r.find("retry_policy")) {
-    reader p(*rp, r.path("retry_policy"));
+  if (const jvalue* rp = r.find("retry_policy")) {
+    reader p(*rp, r, "retry_policy");
     p.only({"max_attempts", "backoff_ms", "max_backoff_ms"});
     m.retry.max_attempts = p.opt_int("max_attempts", 0);
     m.retry.backoff_ms = p.opt_int("backoff_ms", 0);
     m.retry.max_backoff_ms = p.opt_int("max_backoff_ms", 0);
   }
-  if (const json* h = r.find("headers")) {
+  if (const jvalue* h = r.find("headers")) {
     if (!h->is_object()) fail(fmt::format("{} must be an object", r.path("headers")));
-    for (auto it = h->begin(); it != h->end(); ++it) {
-      if (!it->is_string()) {
-        fail(fmt::format("{}.{} must be a string", r.path("headers"), it.key()));
+    for (const jmember& hm : h->members()) {
+      if (!hm.value.is_string()) {
+        fail(fmt::format("{}.{} must be a string", r.path("headers"), hm.key));
       }
     }
   }
-  m.envelope_json = dump(env);
+  // As the producer wrote it, less whitespace: keys keep their order.
+  m.envelope_json = minified(r.obj());
 }
 
 message_in read_message(const reader& r) {
@@ -215,7 +247,7 @@ message_in read_message(const reader& r) {
   m.key = r.opt_string("key");
   m.value = r.req_string("value");
   if (m.value.empty()) fail(fmt::format("{} must be a non-empty string", r.path("value")));
-  if (const json* env = r.find("envelope")) read_envelope(*env, m, r.path("envelope"));
+  if (const jvalue* env = r.find("envelope")) read_envelope(reader(*env, r, "envelope"), m);
   return m;
 }
 
@@ -231,8 +263,8 @@ delivery_ref read_ref(const reader& r) {
 }
 
 std::string read_result(const reader& r) {
-  const json* res = r.find("result");
-  return res == nullptr ? std::string{} : dump(*res);
+  const jvalue* res = r.find("result");
+  return res == nullptr ? std::string{} : minified(*res);
 }
 
 }  // namespace
@@ -270,9 +302,9 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
   });
 }
 
-result<void> parse_envelope(const json& env, message_in& m, std::string_view where) {
+result<void> parse_envelope(const jvalue& env, message_in& m, std::string_view where) {
   try {
-    read_envelope(env, m, std::string(where));
+    read_envelope(reader(env, where), m);
     return {};
   } catch (const bad_input& e) {
     return make_error(errc::invalid_argument, e.message);
@@ -287,10 +319,10 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
       r.only({"topic", "messages"});
       out.batch = true;
       out.cmd.topic = r.req_topic("topic");
-      const json& msgs = require_array(r, "messages", k_max_batch);
+      const auto msgs = require_array(r, "messages", k_max_batch).elements();
       out.cmd.messages.reserve(msgs.size());
       for (std::size_t i = 0; i < msgs.size(); ++i) {
-        reader m(msgs[i], fmt::format("messages[{}]", i));
+        reader m(msgs[i], r, "messages", i);
         m.only({"key", "value", "envelope"});
         out.cmd.messages.push_back(read_message(m));
       }
@@ -334,10 +366,10 @@ result<ack_request> parse_ack(const params& p) {
       b.topic = r.req_topic("topic");
       b.group = r.req_label("group");
       b.owner = r.req_label("owner");
-      const json& acks = require_array(r, "acks", k_max_batch);
+      const auto acks = require_array(r, "acks", k_max_batch).elements();
       b.acks.reserve(acks.size());
       for (std::size_t i = 0; i < acks.size(); ++i) {
-        reader a(acks[i], fmt::format("acks[{}]", i));
+        reader a(acks[i], r, "acks", i);
         a.only({"partition", "offset", "attempts", "result"});
         ack_item item;
         item.partition = static_cast<std::uint32_t>(a.req_int("partition", 0, k_u32_max));
@@ -411,21 +443,37 @@ json to_json(const topic_created& c) {
   return {{"status", "created"}, {"name", c.name}, {"partitions", c.partitions}};
 }
 
-json to_json(const produce_reply& r, std::string_view topic, bool batch) {
+// The key order is nlohmann's (alphabetical), so the bytes are those the
+// DOM-built replies had.
+std::string produce_reply_json(const produce_reply& r, std::string_view topic, bool batch) {
+  std::string out;
   if (!batch) {
     const produced& p = r.results.at(0);
-    return {{"status", "produced"},
-            {"topic", topic},
-            {"partition", p.partition},
-            {"offset", p.offset},
-            {"duplicate", p.duplicate}};
+    out.reserve(96 + topic.size());
+    out += p.duplicate ? R"({"duplicate":true,"offset":)" : R"({"duplicate":false,"offset":)";
+    append_json_int(out, p.offset);
+    out += R"(,"partition":)";
+    append_json_int(out, p.partition);
+    out += R"(,"status":"produced","topic":)";
+    append_json_string(out, topic);
+    out += '}';
+    return out;
   }
-  json results = json::array();
-  for (const auto& p : r.results) {
-    results.push_back(
-        {{"partition", p.partition}, {"offset", p.offset}, {"duplicate", p.duplicate}});
+  out.reserve(64 + topic.size() + r.results.size() * 56);
+  out += R"({"results":[)";
+  for (std::size_t i = 0; i < r.results.size(); ++i) {
+    const produced& p = r.results[i];
+    if (i > 0) out += ',';
+    out += p.duplicate ? R"({"duplicate":true,"offset":)" : R"({"duplicate":false,"offset":)";
+    append_json_int(out, p.offset);
+    out += R"(,"partition":)";
+    append_json_int(out, p.partition);
+    out += '}';
   }
-  return {{"status", "produced"}, {"topic", topic}, {"results", std::move(results)}};
+  out += R"(],"status":"produced","topic":)";
+  append_json_string(out, topic);
+  out += '}';
+  return out;
 }
 
 json to_json(const topic_settings& s) {
@@ -451,19 +499,27 @@ json to_json(const topic_info& t) {
           {"groups", std::move(groups)}};
 }
 
-json to_json(const std::vector<ack_outcome>& outcomes) {
-  json results = json::array();
-  for (const auto& o : outcomes) {
-    json item = {{"partition", o.partition}, {"offset", o.offset}};
-    if (o.code == errc::ok) {
-      item["status"] = "acked";
-    } else {
-      item["status"] = "error";
-      item["error"] = to_string(o.code);
+std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
+  std::string out;
+  out.reserve(16 + outcomes.size() * 64);
+  out += R"({"results":[)";
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const ack_outcome& o = outcomes[i];
+    if (i > 0) out += ',';
+    out += '{';
+    if (o.code != errc::ok) {
+      out += R"("error":)";
+      append_json_string(out, to_string(o.code));
+      out += ',';
     }
-    results.push_back(std::move(item));
+    out += R"("offset":)";
+    append_json_int(out, o.offset);
+    out += R"(,"partition":)";
+    append_json_int(out, o.partition);
+    out += o.code == errc::ok ? R"(,"status":"acked"})" : R"(,"status":"error"})";
   }
-  return {{"results", std::move(results)}};
+  out += "]}";
+  return out;
 }
 
 json to_json(const key_info& k) {

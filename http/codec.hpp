@@ -6,7 +6,8 @@
 // envelope.headers and result), integers must be JSON integers (from a
 // query string: decimal text), strings must be strings, null is never
 // valid, and every range the spec states is checked. Every parse error is
-// errc::invalid_argument with a message naming the field.
+// errc::invalid_argument with a message naming the field. Commands own
+// their strings: they outlive the params they were read from.
 //
 // Thread safety: free functions without shared state.
 
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/commands.hpp"
+#include "http/json.hpp"
 #include "http/params.hpp"
 #include "storage/base/result.hpp"
 
@@ -43,9 +45,9 @@ struct produce_request {
 result<produce_request> parse_produce(const params& p, std::string_view idempotency_header);
 
 // One envelope (the object) into m: the fields the broker acts on, and
-// m.envelope_json = the envelope re-serialized. where prefixes messages.
-result<void> parse_envelope(const nlohmann::json& env, message_in& m,
-                            std::string_view where = "envelope");
+// m.envelope_json = the envelope as sent, minified (keys in the producer's
+// order). where prefixes messages.
+result<void> parse_envelope(const jvalue& env, message_in& m, std::string_view where = "envelope");
 
 struct consume_request {
   consume_cmd cmd;
@@ -70,11 +72,18 @@ result<redrive_cmd> parse_redrive(const params& p);
 
 // ---- replies -> JSON -----------------------------------------------------
 
+// The hot replies, written straight into text (same bytes as a dump() of
+// the equivalent nlohmann object: keys in alphabetical order).
+// POST /v1/produce: {"duplicate","offset","partition","status","topic"},
+// or for a batch {"results":[{"duplicate","offset","partition"},...],
+// "status","topic"}.
+std::string produce_reply_json(const produce_reply& r, std::string_view topic, bool batch);
+// POST /v1/ack, batch form: {"results":[{"error"?,"offset","partition","status"},...]}.
+std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes);
+
 nlohmann::json to_json(const topic_created& c);
-nlohmann::json to_json(const produce_reply& r, std::string_view topic, bool batch);
 nlohmann::json to_json(const topic_info& t);
 nlohmann::json to_json(const topic_settings& s);
-nlohmann::json to_json(const std::vector<ack_outcome>& outcomes);
 nlohmann::json to_json(const key_info& k);
 nlohmann::json to_json(const dlq_origin& d);
 

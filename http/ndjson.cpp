@@ -1,25 +1,13 @@
 #include "http/ndjson.hpp"
 
-#include <charconv>
-#include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "http/codec.hpp"
+#include "http/json.hpp"
 
 namespace onceq::http {
 
 namespace {
-
-constexpr char k_hex[] = "0123456789abcdef";
-
-template <class Int>
-void append_int(std::string& out, Int v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  (void)ec;  // 24 bytes hold any 64-bit integer
-  out.append(buf, end);
-}
 
 // The envelope object of a dead-lettered message: the producer's envelope
 // plus "dlq". Rare, so it may use the DOM.
@@ -33,55 +21,15 @@ void append_dlq_envelope(std::string& out, const delivery& d) {
 
 }  // namespace
 
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  std::size_t run = 0;  // start of the current run of bytes that need no escape
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default: {
-        char esc[6] = {'\\', 'u', '0', '0', k_hex[c >> 4], k_hex[c & 0xF]};
-        out.append(esc, sizeof esc);
-      }
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-  out.push_back('"');
-}
-
 void append_delivery_line(std::string& out, const delivery& d) {
   out += "{\"topic\":";
   append_json_string(out, d.topic);
   out += ",\"partition\":";
-  append_int(out, d.partition);
+  append_json_int(out, d.partition);
   out += ",\"offset\":";
-  append_int(out, d.offset);
+  append_json_int(out, d.offset);
   out += ",\"attempts\":";
-  append_int(out, d.attempts);
+  append_json_int(out, d.attempts);
   out += ",\"key\":";
   append_json_string(out, d.key ? std::string_view(*d.key) : std::string_view{});
   out += ",\"value\":";
@@ -98,7 +46,7 @@ void append_delivery_line(std::string& out, const delivery& d) {
     out += d.envelope_json;
   }
   out += ",\"lease_expires_at_ms\":";
-  append_int(out, d.lease_expires_at_ms);
+  append_json_int(out, d.lease_expires_at_ms);
   out += "}\n";
 }
 

@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "broker/commands.hpp"
+#include "http/json.hpp"  // append_json_string
 
 namespace onceq::http {
-
-// Appends s as a quoted JSON string. Bytes >= 0x80 pass through (inputs
-// were validated as UTF-8 when they entered the server).
-void append_json_string(std::string& out, std::string_view s);
 
 // Appends one line (ending in '\n').
 void append_delivery_line(std::string& out, const delivery& d);

@@ -1,5 +1,9 @@
 #include "http/params.hpp"
 
+#include <functional>
+#include <set>
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace onceq::http {
@@ -15,41 +19,6 @@ int hex_value(char c) {
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-// The deepest nesting of arrays/objects in JSON text, counting only
-// brackets outside strings. Stops early once over limit.
-int json_depth(std::string_view s, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        in_string = true;
-        break;
-      case '[':
-      case '{':
-        if (++depth > deepest) deepest = depth;
-        if (deepest > limit) return deepest;
-        break;
-      case ']':
-      case '}':
-        --depth;
-        break;
-      default:
-        break;
-    }
-  }
-  return deepest;
 }
 
 }  // namespace
@@ -118,8 +87,10 @@ result<std::string> percent_decode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
-result<nlohmann::json> parse_query(std::string_view query) {
-  nlohmann::json obj = nlohmann::json::object();
+result<jdoc> parse_query(std::string_view query) {
+  // The pairs become JSON text, parsed like a body: one DOM for the codec.
+  std::string text = "{";
+  std::set<std::string, std::less<>> names;
   while (!query.empty()) {
     auto amp = query.find('&');
     std::string_view pair = query.substr(0, amp);
@@ -136,13 +107,23 @@ result<nlohmann::json> parse_query(std::string_view query) {
     if (!valid_utf8(*name) || !valid_utf8(*value)) {
       return make_error(errc::invalid_argument, "the query string is not valid UTF-8");
     }
-    if (obj.contains(*name)) {
+    if (!names.insert(*name).second) {
       return make_error(errc::invalid_argument,
                         fmt::format("query parameter '{}' is given more than once", *name));
     }
-    obj[*name] = std::move(*value);
+    if (text.size() > 1) text.push_back(',');
+    append_json_string(text, *name);
+    text.push_back(':');
+    append_json_string(text, *value);
   }
-  return obj;
+  text.push_back('}');
+  jdoc doc;
+  json_error e;
+  if (!doc.parse_copy(std::move(text), &e)) {
+    // Unreachable: the text is made of escaped, valid UTF-8 strings.
+    return make_error(errc::internal, fmt::format("query string as JSON: {}", e.message));
+  }
+  return doc;
 }
 
 result<params> read_params(std::string_view body, std::string_view query) {
@@ -152,18 +133,28 @@ result<params> read_params(std::string_view body, std::string_view query) {
   if (first == body.size()) {
     auto q = parse_query(query);
     if (!q.ok()) return std::move(q).err();
-    p.obj = std::move(*q);
+    p.doc = std::move(*q);
     p.from_query = true;
     return p;
   }
-  if (json_depth(body, k_max_json_depth) > k_max_json_depth) {
-    return make_error(errc::invalid_argument,
-                      fmt::format("JSON body nested deeper than {} levels", k_max_json_depth));
+  json_error e;
+  if (!p.doc.parse(body, &e)) {
+    switch (e.code) {
+      case json_errc::too_deep:
+        return make_error(errc::invalid_argument,
+                          fmt::format("JSON body nested deeper than {} levels", k_max_json_depth));
+      case json_errc::duplicate_key:
+        return make_error(errc::invalid_argument,
+                          fmt::format("duplicate field '{}' in the JSON body", e.path));
+      case json_errc::syntax:
+      case json_errc::too_large:
+        break;
+    }
+    return make_error(errc::invalid_argument, "malformed JSON body");
   }
-  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return make_error(errc::invalid_argument, "malformed JSON body");
-  if (!j.is_object()) return make_error(errc::invalid_argument, "the JSON body must be an object");
-  p.obj = std::move(j);
+  if (!p.obj().is_object()) {
+    return make_error(errc::invalid_argument, "the JSON body must be an object");
+  }
   return p;
 }
 

@@ -240,13 +240,17 @@ asio::awaitable<reply> router::handle(request req) {
 
 namespace {
 
-reply json_reply(status st, const json& body) {
+reply json_text_reply(status st, std::string body) {
   reply r;
   r.res.result(st);
   r.res.set(bhttp::field::content_type, k_json_type);
-  r.res.body() = dump(body);
+  r.res.body() = std::move(body);
   r.res.prepare_payload();
   return r;
+}
+
+reply json_reply(status st, const json& body) {
+  return json_text_reply(st, dump(body));
 }
 
 // No Content-Length either: RFC 9110 forbids it on 204.
@@ -330,7 +334,7 @@ asio::awaitable<reply> router::produce(call& c) {
   if (r->results.empty()) {
     co_return error_reply(make_error(errc::internal, "produce answered no result"), c);
   }
-  co_return json_reply(status::ok, to_json(*r, topic, batch));
+  co_return json_text_reply(status::ok, produce_reply_json(*r, topic, batch));
 }
 
 asio::awaitable<reply> router::consume(call& c) {
@@ -378,7 +382,7 @@ asio::awaitable<reply> router::ack(call& c) {
       use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_reply(status::ok, to_json(*r));
+  co_return json_text_reply(status::ok, ack_outcomes_json(*r));
 }
 
 asio::awaitable<reply> router::nack(call& c) {

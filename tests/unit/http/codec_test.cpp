@@ -9,11 +9,19 @@ namespace {
 
 using json = nlohmann::json;
 
+// The params of a JSON body (its text is kept by the document).
 params body(const json& j) {
-  return params{j, false};
+  params p;
+  EXPECT_TRUE(p.doc.parse_copy(j.dump()));
+  return p;
+}
+params body_text(std::string text) {
+  params p;
+  EXPECT_TRUE(p.doc.parse_copy(std::move(text)));
+  return p;
 }
 params query(std::string_view q) {
-  return *read_params("", q);
+  return std::move(read_params("", q).value());
 }
 
 // The parse failed with 400 and the message mentions what.
@@ -146,6 +154,42 @@ TEST(CodecTest, ProduceEnvelopeFields) {
   EXPECT_EQ(m.retry.max_backoff_ms, 1000);
   // The envelope goes back to consumers as the producer sent it.
   EXPECT_EQ(json::parse(m.envelope_json), env);
+}
+
+TEST(CodecTest, EnvelopeIsEchoedInProducerOrderWithoutWhitespace) {
+  auto p = parse_produce(body_text(R"({"topic":"t","value":"v","envelope": {
+      "msg_id" : "m-1", "idempotency_key":"k \" \u00e9",
+      "headers": { "z": "1", "a": "2" }, "retry_policy":{"max_attempts": 1e0 }}})"),
+                         "");
+  // max_attempts 1e0 is a float: rejected. The same without it is accepted.
+  EXPECT_TRUE(rejected(p, "envelope.retry_policy.max_attempts must be an integer"));
+  p = parse_produce(body_text(R"({"topic":"t","value":"v","envelope": {
+      "msg_id" : "m-1", "idempotency_key":"k \" \u00e9",
+      "headers": { "z": "1", "a": "2" }}})"),
+                    "");
+  ASSERT_TRUE(p.ok()) << p.err().message;
+  const message_in& m = p->cmd.messages[0];
+  EXPECT_EQ(m.envelope_json,
+            R"({"msg_id":"m-1","idempotency_key":"k \" \u00e9","headers":{"z":"1","a":"2"}})");
+  EXPECT_EQ(m.idempotency_key, "k \" \xC3\xA9");
+}
+
+TEST(CodecTest, IntegersBeyondInt64) {
+  auto partitions = [](std::string literal) {
+    return parse_create_topic(body_text(R"({"name":"t","partitions":)" + literal + "}"), {});
+  };
+  EXPECT_EQ(partitions("9223372036854775807").code(), errc::ok);
+  EXPECT_TRUE(rejected(partitions("9223372036854775808"), "partitions must be >= 1"));
+  EXPECT_TRUE(rejected(partitions("18446744073709551615"), "partitions must be >= 1"));
+  // Past uint64 (or below int64) JSON readers see a float, as before.
+  EXPECT_TRUE(rejected(partitions("18446744073709551616"), "partitions must be an integer"));
+  EXPECT_TRUE(rejected(partitions("-9223372036854775809"), "partitions must be an integer"));
+  EXPECT_TRUE(rejected(partitions("-9223372036854775808"), "partitions must be >= 1"));
+  EXPECT_TRUE(rejected(partitions("-0"), "partitions must be >= 1"));
+  EXPECT_TRUE(rejected(partitions("1.0"), "partitions must be an integer"));
+  EXPECT_TRUE(rejected(partitions("1e2"), "partitions must be an integer"));
+  EXPECT_TRUE(rejected(partitions("false"), "partitions must be an integer"));
+  EXPECT_TRUE(rejected(partitions("[1]"), "partitions must be an integer"));
 }
 
 TEST(CodecTest, ProduceEnvelopeRejects) {
@@ -460,15 +504,24 @@ TEST(CodecTest, Redrive) {
 
 TEST(CodecTest, ProduceReplies) {
   produce_reply r{{{2, 10, false}, {0, 11, true}}};
-  EXPECT_EQ(to_json(produce_reply{{{2, 10, true}}}, "t", false), (json{{"status", "produced"},
-                                                                       {"topic", "t"},
-                                                                       {"partition", 2},
-                                                                       {"offset", 10},
-                                                                       {"duplicate", true}}));
-  json batch = to_json(r, "t", true);
+  const json single = {{"status", "produced"},
+                       {"topic", "t"},
+                       {"partition", 2},
+                       {"offset", 10},
+                       {"duplicate", true}};
+  EXPECT_EQ(json::parse(produce_reply_json(produce_reply{{{2, 10, true}}}, "t", false)), single);
+  // Byte for byte what dumping the DOM gave.
+  EXPECT_EQ(produce_reply_json(produce_reply{{{2, 10, true}}}, "t", false), dump(single));
+  json batch = json::parse(produce_reply_json(r, "t", true));
+  EXPECT_EQ(batch.size(), 3u);
   EXPECT_EQ(batch["status"], "produced");
   EXPECT_EQ(batch["topic"], "t");
+  EXPECT_EQ(batch["results"][0], (json{{"partition", 2}, {"offset", 10}, {"duplicate", false}}));
   EXPECT_EQ(batch["results"][1], (json{{"partition", 0}, {"offset", 11}, {"duplicate", true}}));
+  EXPECT_EQ(produce_reply_json(r, "t", true), dump(batch));
+  produce_reply big{{{4294967295u, 18446744073709551615ull, false}}};
+  EXPECT_EQ(json::parse(produce_reply_json(big, "a.b-c_d", false))["offset"],
+            18446744073709551615ull);
 }
 
 TEST(CodecTest, TopicInfoReply) {
@@ -536,13 +589,14 @@ TEST(CodecTest, KeyInfoReplies) {
 }
 
 TEST(CodecTest, AckOutcomes) {
-  std::vector<ack_outcome> o = {{0, 1, errc::ok, ""}, {0, 2, errc::failed_precondition, "x"}};
-  EXPECT_EQ(to_json(o), (json{{"results",
-                               {{{"partition", 0}, {"offset", 1}, {"status", "acked"}},
-                                {{"partition", 0},
-                                 {"offset", 2},
-                                 {"status", "error"},
-                                 {"error", "FAILED_PRECONDITION"}}}}}));
+  std::vector<ack_outcome> o = {{0, 1, errc::ok, ""}, {3, 2, errc::failed_precondition, "x"}};
+  const json expected = {
+      {"results",
+       {{{"partition", 0}, {"offset", 1}, {"status", "acked"}},
+        {{"partition", 3}, {"offset", 2}, {"status", "error"}, {"error", "FAILED_PRECONDITION"}}}}};
+  EXPECT_EQ(json::parse(ack_outcomes_json(o)), expected);
+  EXPECT_EQ(ack_outcomes_json(o), dump(expected));
+  EXPECT_EQ(json::parse(ack_outcomes_json({})), (json{{"results", json::array()}}));
 }
 
 }  // namespace
