@@ -1,7 +1,5 @@
 #include "http/ndjson.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "http/codec.hpp"
 #include "http/json.hpp"
 
@@ -10,13 +8,16 @@ namespace onceq::http {
 namespace {
 
 // The envelope object of a dead-lettered message: the producer's envelope
-// plus "dlq". Rare, so it may use the DOM.
+// as stored (a minified object, which never has a "dlq" field: the codec
+// rejects unknown envelope fields) with "dlq" appended as its last field.
 void append_dlq_envelope(std::string& out, const delivery& d) {
-  auto env = d.envelope_json.empty() ? nlohmann::json::object()
-                                     : nlohmann::json::parse(d.envelope_json, nullptr, false);
-  if (!env.is_object()) env = nlohmann::json::object();
-  env["dlq"] = to_json(*d.dlq);
-  out += dump(env);
+  std::string_view env = d.envelope_json;
+  if (env.size() < 2 || env.front() != '{' || env.back() != '}') env = "{}";
+  out.append(env.substr(0, env.size() - 1));
+  if (env.size() > 2) out += ',';
+  out += "\"dlq\":";
+  out += dump(to_json(*d.dlq));
+  out += '}';
 }
 
 }  // namespace

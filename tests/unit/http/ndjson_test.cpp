@@ -89,6 +89,18 @@ TEST(NdjsonTest, DeadLetteredEnvelopeCarriesDlq) {
   EXPECT_EQ(json::parse(line)["envelope"].size(), 1u);
 }
 
+TEST(NdjsonTest, DeadLetteredEnvelopeKeepsTheProducersFieldOrder) {
+  delivery d = sample();
+  d.envelope_json = R"({"tenant_id":"t","idempotency_key":"k"})";
+  d.dlq = dlq_origin{"orders", 1, 7, 5, "boom", 1};
+  std::string line;
+  append_delivery_line(line, d);
+  EXPECT_NE(line.find(R"("envelope":{"tenant_id":"t","idempotency_key":"k","dlq":{)"),
+            std::string::npos)
+      << line;
+  EXPECT_TRUE(json::accept(line));
+}
+
 TEST(NdjsonTest, BatchIsOneLinePerDelivery) {
   std::vector<delivery> ds = {sample(), sample(), sample()};
   ds[1].offset = 43;
