@@ -67,6 +67,32 @@ class expiry_filter final : public rocksdb::CompactionFilter {
   const clock& time_;
 };
 
+// The order in which b's ops go into the WriteBatch. A batch is applied
+// atomically and only the last op on a key counts, so ops may be reordered
+// as long as ops on the same key keep their order: sorted by (family, key),
+// stably, each memtable's inserts come in key order, and RocksDB's skiplist
+// then inserts next to the previous key (its cached splice) instead of
+// searching from the top. A produce of 100 messages over 4 partitions
+// otherwise jumps between 4 regions of the messages family at every insert.
+// A range delete overlaps keys it does not name: batches with one keep their
+// order.
+std::vector<const batch::op*> apply_order(const batch& b) {
+  std::vector<const batch::op*> order;
+  order.reserve(b.size());
+  bool sortable = true;
+  for (const auto& op : b.ops()) {
+    order.push_back(&op);
+    sortable = sortable && op.k != batch::kind::del_range;
+  }
+  if (sortable && order.size() > 2) {
+    std::stable_sort(order.begin(), order.end(), [](const batch::op* x, const batch::op* y) {
+      if (x->col != y->col) return x->col < y->col;
+      return x->key < y->key;
+    });
+  }
+  return order;
+}
+
 }  // namespace
 
 // ---- fsync_policy -------------------------------------------------------
@@ -344,7 +370,8 @@ result<void> rocksdb_store::write(const batch& b) {
   if (b.empty()) return {};
   try {
     rocksdb::WriteBatch wb(b.bytes() + b.size() * 16);
-    for (const auto& op : b.ops()) {
+    for (const batch::op* opp : apply_order(b)) {
+      const auto& op = *opp;
       rocksdb::Status s;
       auto* h = p_->cf(op.col);
       switch (op.k) {

@@ -149,6 +149,40 @@ TEST_F(rocksdb_store_test, a_batch_applies_in_order_and_atomically_visible) {
   EXPECT_EQ(*store_->get(column::deliveries, "d"), "x");
 }
 
+// The store applies a batch's ops sorted by key (for the memtable's
+// sake); ops on the same key, interleaved with others, keep their order.
+TEST_F(rocksdb_store_test, ops_on_one_key_keep_their_order_among_others) {
+  open();
+  put(column::messages, "z", "old");
+  batch b;
+  b.put(column::messages, "m", "1");
+  b.put(column::messages, "c", "x");
+  b.del(column::messages, "m");
+  b.put(column::meta, "m", "meta");
+  b.put(column::messages, "a", "y");
+  b.put(column::messages, "m", "2");
+  b.del(column::messages, "z");
+  b.put(column::messages, "b", "first");
+  b.put(column::messages, "b", "second");
+  b.put(column::messages, "z", "new");
+  b.del(column::messages, "b");
+  ASSERT_TRUE(store_->write(b).ok());
+  EXPECT_EQ(scan_all(*store_, column::messages),
+            (pairs{{"a", "y"}, {"c", "x"}, {"m", "2"}, {"z", "new"}}));
+  EXPECT_EQ(*store_->get(column::meta, "m"), "meta");
+}
+
+TEST_F(rocksdb_store_test, a_put_after_a_range_delete_in_one_batch_survives) {
+  open();
+  for (auto k : {"a", "b", "c"}) put(column::messages, k, "v");
+  batch b;
+  b.put(column::messages, "b", "before");
+  b.del_range(column::messages, "a", "c");
+  b.put(column::messages, "b", "after");
+  ASSERT_TRUE(store_->write(b).ok());
+  EXPECT_EQ(scan_all(*store_, column::messages), (pairs{{"b", "after"}, {"c", "v"}}));
+}
+
 TEST_F(rocksdb_store_test, an_empty_batch_is_fine) {
   open();
   EXPECT_TRUE(store_->write(batch{}).ok());
