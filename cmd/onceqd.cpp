@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -53,8 +54,16 @@ int serve(cmd::config cfg) {
   cfg.http.commit = ONCEQ_COMMIT;
 
   // Declared first, destroyed last: the store's destructor may still run
-  // durability callbacks that post to it (into the void once it stopped).
-  asio::io_context ioc(static_cast<int>(cfg.http.threads));
+  // durability callbacks that post to them (into the void once stopped).
+  // One io_context per I/O thread (see http/server.hpp); the first also
+  // runs the acceptor and the signal set.
+  std::vector<std::unique_ptr<asio::io_context>> io_pool;
+  std::vector<asio::io_context*> io_ptrs;
+  for (unsigned i = 0; i < cfg.http.threads; ++i) {
+    io_pool.push_back(std::make_unique<asio::io_context>(1));
+    io_ptrs.push_back(io_pool.back().get());
+  }
+  asio::io_context& ioc = *io_pool.front();
 
   system_clock clock;
   cfg.storage.time = &clock;
@@ -76,7 +85,7 @@ int serve(cmd::config cfg) {
 
   http::router routes(run, clock, cfg.http);
   {
-    http::server srv(ioc, routes, cfg.http);
+    http::server srv(io_ptrs, routes, cfg.http);
     auto bound = srv.listen();
     if (!bound.ok()) {
       fmt::print(stderr, "onceqd: {}\n", bound.err().message);
@@ -96,12 +105,13 @@ int serve(cmd::config cfg) {
       });
     });
 
-    auto work = asio::make_work_guard(ioc);
+    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
     std::vector<std::thread> threads;
-    for (unsigned i = 0; i < cfg.http.threads; ++i) {
-      threads.emplace_back([&ioc] {
+    for (auto* io : io_ptrs) {
+      work.push_back(asio::make_work_guard(*io));
+      threads.emplace_back([io] {
         pthread_setname_np(pthread_self(), "onceq-io");  // for top -H, perf, gdb
-        ioc.run();
+        io->run();
       });
     }
 
@@ -127,8 +137,8 @@ int serve(cmd::config cfg) {
                  srv.session_count(), cfg.shutdown_grace_ms);
     }
     signals.cancel();
-    work.reset();
-    ioc.stop();
+    for (auto& w : work) w.reset();
+    for (auto* io : io_ptrs) io->stop();
     for (auto& t : threads) t.join();
   }
   fmt::print(stderr, "onceqd: stopped\n");

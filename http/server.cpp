@@ -23,16 +23,24 @@ constexpr auto k_tuple = asio::as_tuple(asio::use_awaitable);
 }  // namespace
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
-  impl(asio::io_context& io, router& r, http_options opts)
-      : ioc(io),
+  impl(std::vector<asio::io_context*> contexts, bool one_thread_each, router& r, http_options opts)
+      : ioc(*contexts.at(0)),
+        pool(std::move(contexts)),
+        pooled(one_thread_each),
         rt(r),
         registry(std::make_shared<session_registry>(std::move(opts))),
-        strand(asio::make_strand(io)),
+        strand(asio::make_strand(ioc)),
         acceptor(strand) {}
+
+  // Where the next session runs.
+  asio::any_io_executor next_executor() {
+    if (!pooled) return asio::make_strand(ioc);
+    return pool[next++ % pool.size()]->get_executor();
+  }
 
   asio::awaitable<void> accept_loop() {
     while (acceptor.is_open()) {
-      asio::any_io_executor ex = asio::make_strand(ioc);
+      asio::any_io_executor ex = next_executor();
       auto [ec, socket] = co_await acceptor.async_accept(ex, k_tuple);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
@@ -50,6 +58,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   }
 
   asio::io_context& ioc;
+  std::vector<asio::io_context*> pool;
+  bool pooled;
+  std::size_t next = 0;  // accept loop only
   router& rt;
   std::shared_ptr<session_registry> registry;
   asio::strand<asio::io_context::executor_type> strand;
@@ -57,7 +68,10 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 };
 
 server::server(asio::io_context& ioc, router& r, http_options opts)
-    : p_(std::make_shared<impl>(ioc, r, std::move(opts))) {}
+    : p_(std::make_shared<impl>(std::vector<asio::io_context*>{&ioc}, false, r, std::move(opts))) {}
+
+server::server(std::vector<asio::io_context*> pool, router& r, http_options opts)
+    : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts))) {}
 
 server::~server() {
   beast::error_code ec;

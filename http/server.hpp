@@ -1,12 +1,20 @@
 #pragma once
 
 // The listener: binds host:port, accepts connections and runs one session
-// per connection on its own strand (see session.hpp). Keeps a registry of
-// live sessions so that stop() can close the idle ones.
+// per connection (see session.hpp). Keeps a registry of live sessions so
+// that stop() can close the idle ones.
+//
+// Two layouts:
+// - one io_context, run on as many threads as you like: each session gets
+//   its own strand;
+// - a pool of io_contexts, each run by exactly one thread (what onceqd
+//   does): sessions are spread over them round robin and need no strand.
+//   Threads then never contend for one scheduler's lock: with two threads
+//   sharing one io_context, its mutex was the source of most of onceqd's
+//   futex calls (perf, W2).
 //
 // Threading: construct, listen() and start() from one thread; stop(),
-// stopping() and session_count() may be called from any thread. Run the
-// io_context on as many threads as you like (http_options::threads).
+// stopping() and session_count() may be called from any thread.
 //
 // Lifetime: the router must outlive every session, i.e. until the
 // io_context has stopped running. Sessions share the registry, so the
@@ -14,6 +22,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -29,6 +38,8 @@ namespace asio = boost::asio;
 class server {
  public:
   server(asio::io_context& ioc, router& r, http_options opts);
+  // The pool layout: pool is not empty; pool[0] also runs the acceptor.
+  server(std::vector<asio::io_context*> pool, router& r, http_options opts);
   ~server();
   server(const server&) = delete;
   server& operator=(const server&) = delete;
