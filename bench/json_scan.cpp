@@ -1,6 +1,7 @@
 #include "bench/json_scan.hpp"
 
 #include <charconv>
+#include <cstring>
 
 namespace onceq::bench {
 namespace detail {
@@ -11,12 +12,16 @@ std::size_t skip_ws(std::string_view s, std::size_t i) {
 }
 
 std::size_t end_of_string(std::string_view s, std::size_t i) {
-  for (++i; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-    } else if (s[i] == '"') {
-      return i + 1;
-    }
+  const std::size_t start = i + 1;  // first byte of the contents
+  for (i = start; i < s.size();) {
+    const void* q = std::memchr(s.data() + i, '"', s.size() - i);
+    if (q == nullptr) return std::string_view::npos;
+    const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(q) - s.data());
+    // The quote is escaped when an odd run of backslashes precedes it.
+    std::size_t k = at;
+    while (k > start && s[k - 1] == '\\') --k;
+    if ((at - k) % 2 == 0) return at + 1;
+    i = at + 1;
   }
   return std::string_view::npos;
 }

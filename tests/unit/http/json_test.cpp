@@ -671,5 +671,33 @@ TEST(JsonTest, AgreesWithNlohmannOnRandomTexts) {
   EXPECT_GT(duplicates, 100);
 }
 
+// append_json_string skips clean 8-byte blocks at once: every special byte
+// at every offset of strings of many lengths must still be escaped, and the
+// output must decode to the input.
+TEST(JsonTest, AppendJsonStringEscapesAtEveryOffset) {
+  const std::string specials = std::string("\"\\\n\r\t\b\f\x01\x1f", 9) + std::string(1, '\0');
+  for (std::size_t len = 1; len <= 40; ++len) {
+    for (std::size_t at = 0; at < len; ++at) {
+      for (char c : specials) {
+        std::string in(len, 'a');
+        in[at] = c;
+        // A UTF-8 "é" elsewhere passes through unescaped.
+        const std::size_t u = (at + 3) % len;
+        if (u + 1 < len && u != at && u + 1 != at) {
+          in[u] = '\xc3';
+          in[u + 1] = '\xa9';
+        }
+        std::string out;
+        append_json_string(out, in);
+        ASSERT_EQ(json::parse(out).get<std::string>(), in) << "len " << len << " at " << at;
+        ASSERT_EQ(out.find(c == '\0' ? '\0' : '\x01'), std::string::npos);
+      }
+    }
+  }
+  std::string out;
+  append_json_string(out, "0123456789abcdef0123456789");
+  EXPECT_EQ(out, "\"0123456789abcdef0123456789\"");
+}
+
 }  // namespace
 }  // namespace onceq::http
