@@ -970,6 +970,10 @@ result<void> broker::delete_topic(std::string_view name) {
   return {};
 }
 
+namespace {
+constexpr std::size_t k_no_slot = static_cast<std::size_t>(-1);
+}  // namespace
+
 result<produce_reply> broker::produce(const produce_cmd& cmd) {
   auto& s = *s_;
   auto tr = s.topic_for_body(cmd.topic);
@@ -991,6 +995,25 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   fresh.reserve(cmd.messages.size());
   st::batch b;
   std::uint64_t stored = 0, dups = 0;
+
+  // Each message's dedup id (its msg_id, else one derived from the
+  // Idempotency-Key header), and the stored dedup records of all of them,
+  // read in one batch.
+  std::vector<std::string> dedup_ids(cmd.messages.size());
+  std::vector<std::string> dedup_keys;
+  std::vector<std::size_t> dedup_slot(cmd.messages.size(), k_no_slot);
+  for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
+    const auto& m = cmd.messages[i];
+    std::string& id = dedup_ids[i];
+    id = m.msg_id;
+    if (id.empty() && !cmd.idempotency_header.empty())
+      id = cmd.messages.size() == 1 ? cmd.idempotency_header
+                                    : fmt::format("{}#{}", cmd.idempotency_header, i);
+    if (id.empty() || window <= 0) continue;
+    dedup_slot[i] = dedup_keys.size();
+    dedup_keys.push_back(st::keys::dedup(t.rec.id, id));
+  }
+  auto stored_dedup = s.store.multi_get(column::dedup, dedup_keys);
 
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
     const auto& m = cmd.messages[i];
@@ -1020,19 +1043,16 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
       ONCEQ_TRY(validate_range(where("envelope.retry_policy.max_backoff_ms"),
                                *m.retry.max_backoff_ms, 0, k_max_ms));
 
-    std::string dedup_id = m.msg_id;
-    if (dedup_id.empty() && !cmd.idempotency_header.empty())
-      dedup_id = cmd.messages.size() == 1 ? cmd.idempotency_header
-                                          : fmt::format("{}#{}", cmd.idempotency_header, i);
+    const std::string& dedup_id = dedup_ids[i];
     std::string dedup_key;
-    if (!dedup_id.empty() && window > 0) {
+    if (dedup_slot[i] != k_no_slot) {
       if (auto it = seen.find(dedup_id); it != seen.end()) {
         reply.results.push_back(produced{it->second.partition, it->second.offset, true});
         ++dups;
         continue;
       }
-      dedup_key = st::keys::dedup(t.rec.id, dedup_id);
-      auto v = s.store.get(column::dedup, dedup_key);
+      dedup_key = std::move(dedup_keys[dedup_slot[i]]);
+      auto& v = stored_dedup[dedup_slot[i]];
       if (v.ok()) {
         auto d = st::decode_dedup(*v);
         if (!d.ok()) return std::move(d).err();

@@ -3,6 +3,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "storage/base/result.hpp"
 #include "storage/batch.hpp"
@@ -28,6 +29,17 @@ class store {
 
   // The value at key, or errc::not_found.
   virtual result<std::string> get(column c, std::string_view key) = 0;
+
+  // get() of each key, in order, as one batch (RocksDB amortises its
+  // per-lookup overhead and probes filters together). This default does
+  // one get() per key.
+  virtual std::vector<result<std::string>> multi_get(column c,
+                                                     const std::vector<std::string>& keys) {
+    std::vector<result<std::string>> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(get(c, k));
+    return out;
+  }
 
   // Calls fn(key, value) for every key in [begin, end) in order, until fn
   // returns false.

@@ -424,6 +424,30 @@ result<std::string> rocksdb_store::get(column c, std::string_view key) {
   return value;
 }
 
+std::vector<result<std::string>> rocksdb_store::multi_get(column c,
+                                                          const std::vector<std::string>& keys) {
+  std::vector<result<std::string>> out;
+  out.reserve(keys.size());
+  if (keys.empty()) return out;
+  std::vector<rocksdb::Slice> slices;
+  slices.reserve(keys.size());
+  for (const auto& k : keys) slices.emplace_back(k);
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  p_->db_->MultiGet(rocksdb::ReadOptions(), p_->cf(c), keys.size(), slices.data(), values.data(),
+                    statuses.data());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (statuses[i].IsNotFound()) {
+      out.push_back(make_error(errc::not_found, "no such key"));
+    } else if (!statuses[i].ok()) {
+      out.push_back(io_error("read failed", statuses[i]));
+    } else {
+      out.push_back(std::string(values[i].data(), values[i].size()));
+    }
+  }
+  return out;
+}
+
 result<void> rocksdb_store::scan(column c, std::string_view begin, std::string_view end,
                                  const visitor& fn) {
   if (begin >= end) return {};

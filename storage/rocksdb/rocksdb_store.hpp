@@ -48,6 +48,8 @@ class rocksdb_store final : public store {
 
   result<void> write(const batch& b) override;
   result<std::string> get(column c, std::string_view key) override;
+  std::vector<result<std::string>> multi_get(column c,
+                                             const std::vector<std::string>& keys) override;
   result<void> scan(column c, std::string_view begin, std::string_view end,
                     const visitor& fn) override;
   result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;

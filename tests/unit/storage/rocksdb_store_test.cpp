@@ -183,6 +183,27 @@ TEST_F(rocksdb_store_test, a_put_after_a_range_delete_in_one_batch_survives) {
   EXPECT_EQ(scan_all(*store_, column::messages), (pairs{{"b", "after"}, {"c", "v"}}));
 }
 
+TEST_F(rocksdb_store_test, multi_get_answers_each_key_in_order) {
+  open();
+  put(column::dedup, "a", "1");
+  put(column::dedup, "c", "3");
+  put(column::keys, "b", "other family");
+  auto got = store_->multi_get(column::dedup, {"c", "b", "a", "c", "zz"});
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(*got[0], "3");
+  EXPECT_EQ(got[1].code(), errc::not_found);
+  EXPECT_EQ(*got[2], "1");
+  EXPECT_EQ(*got[3], "3");
+  EXPECT_EQ(got[4].code(), errc::not_found);
+  EXPECT_TRUE(store_->multi_get(column::dedup, {}).empty());
+  // Sees the memtable and SST files alike.
+  ASSERT_TRUE(store_->compact_all().ok());
+  put(column::dedup, "b", "2");
+  got = store_->multi_get(column::dedup, {"a", "b"});
+  EXPECT_EQ(*got[0], "1");
+  EXPECT_EQ(*got[1], "2");
+}
+
 TEST_F(rocksdb_store_test, an_empty_batch_is_fine) {
   open();
   EXPECT_TRUE(store_->write(batch{}).ok());
