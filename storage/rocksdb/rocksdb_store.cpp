@@ -416,12 +416,19 @@ result<void> rocksdb_store::write(const batch& b) {
   }
 }
 
-result<std::string> rocksdb_store::get(column c, std::string_view key) {
-  std::string value;
-  const rocksdb::Status s = p_->db_->Get(rocksdb::ReadOptions(), p_->cf(c), to_slice(key), &value);
+namespace {
+// One point lookup's outcome: the value, errc::not_found, or an I/O error.
+result<std::string> lookup_result(const rocksdb::Status& s, std::string_view value) {
   if (s.IsNotFound()) return make_error(errc::not_found, "no such key");
   if (!s.ok()) return io_error("read failed", s);
-  return value;
+  return std::string(value);
+}
+}  // namespace
+
+result<std::string> rocksdb_store::get(column c, std::string_view key) {
+  rocksdb::PinnableSlice value;
+  const rocksdb::Status s = p_->db_->Get(rocksdb::ReadOptions(), p_->cf(c), to_slice(key), &value);
+  return lookup_result(s, to_view(value));
 }
 
 std::vector<result<std::string>> rocksdb_store::multi_get(column c,
@@ -436,15 +443,8 @@ std::vector<result<std::string>> rocksdb_store::multi_get(column c,
   std::vector<rocksdb::Status> statuses(keys.size());
   p_->db_->MultiGet(rocksdb::ReadOptions(), p_->cf(c), keys.size(), slices.data(), values.data(),
                     statuses.data());
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (statuses[i].IsNotFound()) {
-      out.push_back(make_error(errc::not_found, "no such key"));
-    } else if (!statuses[i].ok()) {
-      out.push_back(io_error("read failed", statuses[i]));
-    } else {
-      out.push_back(std::string(values[i].data(), values[i].size()));
-    }
-  }
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    out.push_back(lookup_result(statuses[i], to_view(values[i])));
   return out;
 }
 
