@@ -91,13 +91,7 @@ void runner::answer_durable(result<std::vector<delivery>> r,
     done(std::move(r));
     return;
   }
-  after_durable([r = std::move(r), done = std::move(done)](result<void> durable) mutable {
-    if (!durable.ok()) {
-      done(std::move(durable).err());
-    } else {
-      done(std::move(r));
-    }
-  });
+  answer_when_durable(std::move(r), std::move(done));
 }
 
 void runner::after_durable(durable_fn fn) {

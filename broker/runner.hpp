@@ -51,13 +51,8 @@ class runner {
             (*shared_done)(std::move(r));
             return;
           }
-          after_durable([r = std::move(r), shared_done](result<void> durable) mutable {
-            if (!durable.ok()) {
-              (*shared_done)(result<T>(std::move(durable).err()));
-            } else {
-              (*shared_done)(std::move(r));
-            }
-          });
+          answer_when_durable(std::move(r),
+                              [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
         },
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
@@ -85,6 +80,17 @@ class runner {
   // fsync), including consumes woken by that round's produces.
   void after_durable(durable_fn fn);
   void end_round();
+  // Calls done(r) once durable, or done(the durability error).
+  template <class T, class Done>
+  void answer_when_durable(result<T> r, Done done) {
+    after_durable([r = std::move(r), done = std::move(done)](result<void> durable) mutable {
+      if (!durable.ok()) {
+        done(result<T>(std::move(durable).err()));
+      } else {
+        done(std::move(r));
+      }
+    });
+  }
   void answer_durable(result<std::vector<delivery>> r,
                       std::function<void(result<std::vector<delivery>>)> done);
 
