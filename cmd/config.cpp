@@ -67,6 +67,8 @@ std::string usage() {
       "  --block-cache-mb N       RocksDB block cache size in MiB (default {})\n"
       "  --write-buffer-mb N      RocksDB memtable size per column family in MiB (default {})\n"
       "  --message-cache-mb N     recently produced messages kept in memory, MiB (default {})\n"
+      "  --wal-prezero-kb N       zeros kept written ahead of the WAL's end, KiB; 0 is off\n"
+      "                           (default {})\n"
       "  --shutdown-grace-ms N    at SIGTERM, how long open requests may finish (default {})\n"
       "  --help                   print this and exit\n"
       "  --version                print the version and exit\n"
@@ -77,7 +79,8 @@ std::string usage() {
       d.http.host, d.http.port, d.storage.data_dir, d.storage.fsync.to_string(), d.http.threads,
       d.http.max_body_bytes, d.http.max_header_bytes, d.http.idle_timeout_ms,
       d.http.max_queue_depth, d.http.topic_defaults.lease_ms, d.storage.block_cache_bytes >> 20,
-      d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20, d.shutdown_grace_ms);
+      d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20,
+      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms);
 }
 
 result<config> parse_args(const std::vector<std::string_view>& args) {
@@ -113,7 +116,8 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
           flag == "--max-body-bytes" || flag == "--max-header-bytes" ||
           flag == "--idle-timeout-ms" || flag == "--max-queue" || flag == "--default-lease-ms" ||
           flag == "--block-cache-mb" || flag == "--write-buffer-mb" ||
-          flag == "--message-cache-mb" || flag == "--shutdown-grace-ms") {
+          flag == "--message-cache-mb" || flag == "--wal-prezero-kb" ||
+          flag == "--shutdown-grace-ms") {
         return bad_flag(flag, "needs a value");
       }
     }
@@ -173,6 +177,10 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
       auto v = number(0, 1ll << 20);
       if (!v.ok()) return std::move(v).err();
       c.broker.message_cache_bytes = static_cast<std::size_t>(*v) << 20;
+    } else if (flag == "--wal-prezero-kb") {
+      auto v = number(0, 1 << 20);
+      if (!v.ok()) return std::move(v).err();
+      c.storage.wal_prezero_bytes = static_cast<std::size_t>(*v) << 10;
     } else if (flag == "--shutdown-grace-ms") {
       auto v = number(0, k_max);
       if (!v.ok()) return std::move(v).err();

@@ -4,6 +4,8 @@
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -23,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "storage/rocksdb/wal_prezero.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::storage {
@@ -138,6 +141,7 @@ struct rocksdb_store::impl {
   // the destructor also closes the db_ explicitly first.
   std::unique_ptr<expiry_filter> filter_;
   std::shared_ptr<rocksdb::Cache> cache_;
+  std::unique_ptr<rocksdb::Env> env_;  // outlives db_; null: the default Env
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, k_column_count> cfs_{};
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
@@ -223,6 +227,7 @@ struct rocksdb_store::impl {
     // at the default) under a produce-heavy load. The largest memtable is
     // flushed first when the total is reached.
     o.db_write_buffer_size = 3 * opts_.write_buffer_bytes;
+    if (env_) o.env = env_.get();
     return o;
   }
 
@@ -335,6 +340,10 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
     p->opts_ = opts;
     p->filter_ = std::make_unique<expiry_filter>(opts.time != nullptr ? *opts.time : p->own_clock_);
     p->cache_ = rocksdb::NewLRUCache(opts.block_cache_bytes);
+    if (opts.wal_prezero_bytes > 0) {
+      p->env_ = rocksdb::NewCompositeEnv(std::make_shared<prezeroed_wal_file_system>(
+          rocksdb::FileSystem::Default(), opts.wal_prezero_bytes));
+    }
 
     // LZ4 is cheap enough to pay for itself on JSON payloads and records;
     // fall back to none if this librocksdb was built without it.

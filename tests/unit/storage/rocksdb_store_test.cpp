@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "storage/memory_store.hpp"
+#include "storage/rocksdb/wal_prezero.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::storage {
@@ -61,6 +62,15 @@ pairs scan_all(store& s, column c, std::string_view begin = "",
   return out;
 }
 
+// Sizes of the WAL files in dir.
+std::vector<std::uintmax_t> wal_sizes(const std::string& dir) {
+  std::vector<std::uintmax_t> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (prezeroed_wal_file_system::is_wal_name(e.path().string())) out.push_back(e.file_size());
+  }
+  return out;
+}
+
 class rocksdb_store_test : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -84,9 +94,12 @@ class rocksdb_store_test : public ::testing::Test {
     return o;
   }
   void open(fsync_policy f = {}) {
-    store_.reset();
     policy_of_last_open_ = f;
-    auto r = rocksdb_store::open(options(f));
+    open_with(options(f));
+  }
+  void open_with(const storage_options& o) {
+    store_.reset();
+    auto r = rocksdb_store::open(o);
     ASSERT_TRUE(r.ok()) << r.err().message;
     store_ = std::move(r).value();
   }
@@ -439,6 +452,11 @@ TEST_F(rocksdb_store_test, writes_survive_kill_9_without_fsync) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
   ASSERT_EQ(WTERMSIG(status), SIGKILL);
+  // The dead store's WAL ends in zeros (written ahead, never trimmed by a
+  // close): recovery must read past them.
+  std::uintmax_t wal_bytes = 0;
+  for (auto n : wal_sizes(o.data_dir)) wal_bytes += n;
+  EXPECT_GE(wal_bytes, o.wal_prezero_bytes);
 
   auto r = rocksdb_store::open(o);
   ASSERT_TRUE(r.ok()) << r.err().message;
@@ -496,6 +514,70 @@ TEST_F(rocksdb_store_test, disk_bytes_counts_wal_and_sst_files) {
   EXPECT_GE(with_wal, before + 1'000);  // the WAL holds it (LZ4 may shrink it in SSTs only)
   ASSERT_TRUE(store_->compact_all().ok());
   EXPECT_GT(store_->disk_bytes(), 0u);
+}
+
+// ---- WAL zeros ahead ------------------------------------------------------
+
+TEST(prezeroed_wal_file_system_test, wraps_only_wal_file_names) {
+  using f = prezeroed_wal_file_system;
+  EXPECT_TRUE(f::is_wal_name("000004.log"));
+  EXPECT_TRUE(f::is_wal_name("/var/lib/onceq/000123.log"));
+  EXPECT_FALSE(f::is_wal_name("LOG"));
+  EXPECT_FALSE(f::is_wal_name("/d/LOG.old.1795259262345917"));
+  EXPECT_FALSE(f::is_wal_name("MANIFEST-000005"));
+  EXPECT_FALSE(f::is_wal_name("000007.sst"));
+  EXPECT_FALSE(f::is_wal_name(".log"));
+  EXPECT_FALSE(f::is_wal_name("/d/.log"));
+  EXPECT_FALSE(f::is_wal_name("a1.log"));
+  EXPECT_FALSE(f::is_wal_name("000004.log.tmp"));
+}
+
+TEST_F(rocksdb_store_test, the_open_wal_has_zeros_ahead_and_a_clean_close_trims_them) {
+  auto o = options();
+  o.wal_prezero_bytes = 1u << 20;
+  open_with(o);
+  put(column::messages, "m", std::string(1000, 'x'));
+  auto open_sizes = wal_sizes(o.data_dir);
+  ASSERT_EQ(open_sizes.size(), 1u);
+  EXPECT_GE(open_sizes[0], 1u << 20);  // one write of ~1 KB, at least a chunk of zeros
+
+  store_.reset();
+  auto closed = wal_sizes(o.data_dir);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_GT(closed[0], 1000u);
+  EXPECT_LT(closed[0], 4096u);  // what RocksDB wrote, no zeros
+
+  open();
+  EXPECT_EQ(store_->get(column::messages, "m")->size(), 1000u);
+}
+
+TEST_F(rocksdb_store_test, zeros_ahead_can_be_turned_off) {
+  auto o = options();
+  o.wal_prezero_bytes = 0;
+  open_with(o);
+  put(column::messages, "m", std::string(1000, 'x'));
+  auto sizes = wal_sizes(o.data_dir);
+  ASSERT_EQ(sizes.size(), 1u);
+  EXPECT_LT(sizes[0], 4096u);
+}
+
+// Zeros are written a chunk at a time as the WAL grows, never over data: a
+// WAL many chunks long reads back whole after a reopen.
+TEST_F(rocksdb_store_test, a_wal_longer_than_many_chunks_reads_back_whole) {
+  auto o = options(fsync_policy{fsync_policy::mode::none, 0});
+  o.wal_prezero_bytes = 64u << 10;   // the smallest chunk: many refills
+  o.write_buffer_bytes = 64u << 20;  // everything stays in the WAL
+  open_with(o);
+  const std::string value(700, 'v');
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    batch b;
+    b.put(column::messages, keys::message(1, 0, i), value + std::to_string(i));
+    ASSERT_TRUE(store_->write(b).ok());
+  }
+  open_with(o);
+  auto all = scan_all(*store_, column::messages);
+  ASSERT_EQ(all.size(), 2000u);
+  for (std::uint64_t i = 0; i < 2000; ++i) EXPECT_EQ(all[i].second, value + std::to_string(i));
 }
 
 // ---- durability callbacks and group commit ------------------------------
