@@ -71,6 +71,42 @@ TEST_F(BrokerTest, HeldKeyHoldsBackItsMessagesButNotOtherKeys) {
   EXPECT_EQ(stats("t", "g").auto_acked, 1u);
 }
 
+// A consume looks up the keys of the offsets it may take in one go. A
+// lookup made by one consume must not outlive it: here the second message
+// is passed over (delayed) after its key was looked up as free, the key is
+// then committed, and the next consume must see that.
+TEST_F(BrokerTest, KeyCommittedAfterAnEarlierConsumeLookedItUpIsSeen) {
+  create("t");
+  produce("t", "first", "k");
+  auto later = msg("second", "k");
+  later.delay_ms = 1000;
+  produce("t", later);
+  auto d = consume("t", "g", "a", 10);
+  ASSERT_EQ(d.size(), 1u);
+  ASSERT_EQ(d[0].value, "first");
+  ASSERT_TRUE(ack(d[0], "g", "a").ok());
+  advance(1000);
+  EXPECT_TRUE(consume("t", "g", "a", 10).empty()) << "the delayed duplicate is auto-acked";
+  EXPECT_EQ(stats("t", "g").auto_acked, 1u);
+}
+
+// Keys looked up together for a run of offsets each answer for their own
+// message: committed, free and keyless messages mixed in one consume.
+TEST_F(BrokerTest, OneConsumeSortsCommittedFreeAndKeylessMessages) {
+  create("t");
+  for (int i = 0; i < 6; i += 2) {
+    produce("t", "old", "k" + std::to_string(i));
+  }
+  for (const auto& d : consume("t", "g", "a", 10)) ASSERT_TRUE(ack(d, "g", "a").ok());
+  for (int i = 0; i < 6; ++i) produce("t", "v" + std::to_string(i), "k" + std::to_string(i));
+  produce("t", "keyless");
+  auto got = consume("t", "g", "a", 10);
+  std::vector<std::string> values;
+  for (const auto& d : got) values.push_back(d.value);
+  EXPECT_EQ(values, (std::vector<std::string>{"v1", "v3", "v5", "keyless"}));
+  EXPECT_EQ(stats("t", "g").auto_acked, 3u);
+}
+
 TEST_F(BrokerTest, HeldMessageIsDeliveredWhenTheHolderNacks) {
   create("t");
   produce("t", "first", "k");
