@@ -19,8 +19,10 @@
 #include "bench/report.hpp"
 #include "bench/workload.hpp"
 
-#ifndef ONCEQ_BENCH_COMMIT
-#define ONCEQ_BENCH_COMMIT "unknown"
+#ifdef ONCEQ_HAVE_COMMIT_HEADER
+#include "onceq_commit.hpp"  // generated at build time: ONCEQ_COMMIT
+#else
+#define ONCEQ_COMMIT "unknown"
 #endif
 
 namespace {
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
   ctx.command = o.command_line;
   ctx.started_at = utc_now();
   ctx.machine = machine();
-  ctx.bench_commit = ONCEQ_BENCH_COMMIT;
+  ctx.bench_commit = ONCEQ_COMMIT;
 
   std::vector<run_result> runs;
   for (const auto kind : expand_workloads(o)) {

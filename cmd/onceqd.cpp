@@ -21,6 +21,7 @@
 #include "cmd/config.hpp"
 #include "http/router.hpp"
 #include "http/server.hpp"
+#include "onceq_commit.hpp"  // ONCEQ_COMMIT, generated at build time (cmake/commit.cmake)
 #include "storage/rocksdb/rocksdb_store.hpp"
 
 // Read by jemalloc at start when onceqd is linked with it (cmd/CMakeLists.txt),
@@ -34,9 +35,6 @@ const char* malloc_conf = "dirty_decay_ms:1000,muzzy_decay_ms:0";
 
 #ifndef ONCEQ_VERSION
 #define ONCEQ_VERSION "0.0.0"
-#endif
-#ifndef ONCEQ_COMMIT
-#define ONCEQ_COMMIT "unknown"
 #endif
 
 namespace {
