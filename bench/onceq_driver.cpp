@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -37,6 +38,26 @@ void append_message(std::string& out, const bench_message& m) {
   out += R"(","msg_id":")";
   out += m.msg_id;
   out += R"("}})";
+}
+
+// Calls fn(index, key, raw_value) for each member of each object in the
+// "results" array of an answer (produce and ack batches). The number of
+// results, or nullopt if the answer or any result is malformed.
+template <class Fn>
+std::optional<std::size_t> scan_results(std::string_view body, Fn&& fn) {
+  std::size_t n = 0;
+  bool ok = true;
+  auto result = [&](std::string_view obj) {
+    ok = scan_object(obj, [&](std::string_view k, std::string_view v) { fn(n, k, v); }) && ok;
+    ++n;
+  };
+  ok = scan_object(body,
+                   [&](std::string_view key, std::string_view raw) {
+                     if (key == "results") ok = scan_array(raw, result) && ok;
+                   }) &&
+       ok;
+  if (!ok) return std::nullopt;
+  return n;
 }
 
 // Backpressure (429) is answered by waiting as the server asks; a retried
@@ -81,24 +102,18 @@ class onceq_producer final : public producer {
     if (r.status != 200) fail("produce", r);
     // Scanned, not parsed into a DOM: the client's CPU shares the machine
     // with the server, as a hand-rolled reader in any real client would.
-    std::size_t dups = 0, results = 0;
-    auto count = [&](std::string_view obj) {
-      ++results;
-      return scan_object(obj, [&](std::string_view key, std::string_view raw) {
-        if (key == "duplicate" && raw == "true") ++dups;
-      });
+    std::size_t dups = 0;
+    auto duplicate = [&](std::size_t, std::string_view key, std::string_view raw) {
+      if (key == "duplicate" && raw == "true") ++dups;
     };
-    bool ok = true;
-    if (batch.size() == 1) {
-      ok = count(r.body);
-    } else {
-      ok = scan_object(r.body,
-                       [&](std::string_view key, std::string_view raw) {
-                         if (key == "results") ok = scan_array(raw, count) && ok;
-                       }) &&
-           ok;
+    // One message is answered with its result object, a batch with "results".
+    std::optional<std::size_t> results;
+    if (batch.size() > 1) {
+      results = scan_results(r.body, duplicate);
+    } else if (scan_object(r.body, [&](auto key, auto raw) { duplicate(0, key, raw); })) {
+      results = 1;
     }
-    if (!ok || results != batch.size()) fail("produce (results)", r);
+    if (results != batch.size()) fail("produce (results)", r);
     return dups;
   }
 
@@ -173,26 +188,11 @@ class onceq_consumer final : public consumer {
     req += "]}";
     auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
     if (r.status != 200) fail("ack", r);
-    std::size_t n = 0;
-    bool ok = true;
-    auto status = [&](std::string_view obj) {
-      if (n >= which.size()) {
-        ok = false;
-        return;
-      }
-      ok = scan_object(obj,
-                       [&](std::string_view key, std::string_view raw) {
-                         if (key == "status") accepted[n] = raw == R"("acked")" ? 1 : 0;
-                       }) &&
-           ok;
-      ++n;
-    };
-    ok = scan_object(r.body,
-                     [&](std::string_view key, std::string_view raw) {
-                       if (key == "results") ok = scan_array(raw, status) && ok;
-                     }) &&
-         ok;
-    if (!ok || n != which.size()) fail("ack (results)", r);
+    const auto n =
+        scan_results(r.body, [&](std::size_t i, std::string_view key, std::string_view raw) {
+          if (key == "status" && i < accepted.size()) accepted[i] = raw == R"("acked")" ? 1 : 0;
+        });
+    if (n != which.size()) fail("ack (results)", r);
     return accepted;
   }
 
