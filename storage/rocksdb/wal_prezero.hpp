@@ -16,12 +16,13 @@ namespace onceq::storage {
 // wrote into fallocate'd (unwritten) extents, must also commit the inode's
 // size or extent change through the journal: a second, ordered device write.
 // An fdatasync after overwriting written blocks only writes the data. On
-// this machine's disk that is 130-180 us against 80-130 us per synced
+// this machine's disk that is 145-200 us against 100-125 us per synced
 // append (docs/BENCHMARKS.md), and under `--fsync always` every answer waits
 // for one. PostgreSQL zero-fills its WAL segments for the same reason.
 //
 // How: before an append would come within half a chunk of the zeroed end,
-// the file gets the next chunk of zeros (pwrite on a second descriptor; the
+// zeros are written up to the chunk boundary at least a chunk past it
+// (pwrite on a second descriptor, so 0.5-2 chunks stay ahead; the
 // next sync makes them durable with the data). Close truncates the file to
 // what RocksDB wrote. A crash can leave a zero tail: RocksDB's WAL reader
 // reads a zero header as padding (kZeroType, length 0) and skips it, the
