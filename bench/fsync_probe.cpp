@@ -1,11 +1,14 @@
 // onceq-fsync-probe: how long one synced append takes on a directory's file
 // system, in the three ways a log file can be grown. It is the measurement
 // behind onceqd's WAL zeros (storage/rocksdb/wal_prezero.hpp, flag
-// --wal-prezero-mb): run it on the data directory's file system to see
+// --wal-prezero-kb): run it on the data directory's file system to see
 // whether they pay off there.
 //
 //   onceq-fsync-probe [DIR] [APPENDS] [CHUNK_KIB] [BYTES...]
-//                                          (/tmp, 2000, 1024, 4096 32768)
+//                                          (/tmp, 2000, 256, 4096 32768)
+//
+// CHUNK_KIB is onceqd's --wal-prezero-kb (default 256). A failed call ends
+// the probe with its errno message and exit status 1.
 //
 // For each append size, one file per way, APPENDS times write(2) + fdatasync:
 //   grow      plain appends: every sync also commits the new file size;
@@ -17,10 +20,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -39,66 +47,106 @@ const char* name_of(way w) {
   return "?";
 }
 
-// Mean and p99 microseconds of one append + fdatasync, or a negative mean on
-// an I/O error.
-std::pair<double, double> probe(const std::string& path, way w, int appends, std::size_t bytes,
-                                std::size_t k_chunk) {
+struct outcome {
+  double mean_us = 0;
+  double p99_us = 0;
+  std::string error;  // the failed call and its errno text; empty on success
+};
+
+std::string failed(const char* call) {
+  return std::string(call) + ": " + std::strerror(errno);
+}
+
+// Mean and p99 microseconds of one append + fdatasync.
+outcome probe(const std::string& path, way w, int appends, std::size_t bytes, std::size_t k_chunk) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return {-1, 0};
+  if (fd < 0) return {0, 0, failed(("open " + path).c_str())};
   const std::vector<char> data(bytes, 'x');
   const std::vector<char> zeros(k_chunk, 0);
   const auto total = static_cast<off_t>(bytes) * appends;
+  outcome out;
   if (w == way::fallocate && ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, total) != 0) {
-    ::close(fd);
-    return {-1, 0};
+    out.error = failed("fallocate");
   }
   std::vector<double> us;
   us.reserve(static_cast<std::size_t>(appends));
   off_t end = 0, zeroed = 0;
-  bool ok = true;
-  for (int i = 0; i < appends && ok; ++i) {
+  for (int i = 0; i < appends && out.error.empty(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     if (w == way::zeroed && end + static_cast<off_t>(bytes + k_chunk / 2) > zeroed) {
-      ok = ::pwrite(fd, zeros.data(), k_chunk, zeroed) == static_cast<ssize_t>(k_chunk);
+      if (::pwrite(fd, zeros.data(), k_chunk, zeroed) != static_cast<ssize_t>(k_chunk)) {
+        out.error = failed("pwrite (zeros)");
+        break;
+      }
       zeroed += static_cast<off_t>(k_chunk);
     }
-    ok = ok && ::pwrite(fd, data.data(), bytes, end) == static_cast<ssize_t>(bytes);
-    ok = ok && ::fdatasync(fd) == 0;
+    if (::pwrite(fd, data.data(), bytes, end) != static_cast<ssize_t>(bytes)) {
+      out.error = failed("pwrite");
+      break;
+    }
+    if (::fdatasync(fd) != 0) {
+      out.error = failed("fdatasync");
+      break;
+    }
     end += static_cast<off_t>(bytes);
     us.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   ::close(fd);
   ::unlink(path.c_str());
-  if (!ok) return {-1, 0};
+  if (!out.error.empty()) return out;
   double sum = 0;
   for (double x : us) sum += x;
   std::sort(us.begin(), us.end());
-  return {sum / static_cast<double>(us.size()), us[us.size() * 99 / 100]};
+  out.mean_us = sum / static_cast<double>(us.size());
+  out.p99_us = us[us.size() * 99 / 100];
+  return out;
+}
+
+// A whole positive decimal, or nothing.
+std::optional<long> positive(std::string_view s) {
+  long v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v <= 0) return std::nullopt;
+  return v;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* k_usage =
+      "usage: onceq-fsync-probe [DIR] [APPENDS] [CHUNK_KIB] [BYTES...]  (/tmp 2000 256 4096 "
+      "32768)\n";
   const std::string dir = argc > 1 ? argv[1] : "/tmp";
-  const int appends = argc > 2 ? std::max(10, std::atoi(argv[2])) : 2000;
+  std::vector<long> nums;
+  for (int i = 2; i < argc; ++i) {
+    auto v = positive(argv[i]);
+    if (!v) {
+      std::fprintf(stderr, "onceq-fsync-probe: '%s' is not a positive whole number\n%s", argv[i],
+                   k_usage);
+      return 2;
+    }
+    nums.push_back(*v);
+  }
+  const int appends =
+      nums.size() > 0 ? static_cast<int>(std::clamp<long>(nums[0], 10, 1000000)) : 2000;
   const std::size_t chunk =
-      std::max<std::size_t>(4, argc > 3 ? static_cast<std::size_t>(std::atol(argv[3])) : 1024)
-      << 10;
+      static_cast<std::size_t>(nums.size() > 1 ? std::clamp<long>(nums[1], 4, 1 << 20) : 256) << 10;
   std::vector<std::size_t> sizes;
-  for (int i = 4; i < argc; ++i) sizes.push_back(static_cast<std::size_t>(std::atol(argv[i])));
+  for (std::size_t i = 2; i < nums.size(); ++i)
+    sizes.push_back(static_cast<std::size_t>(std::min<long>(nums[i], 64L << 20)));
   if (sizes.empty()) sizes = {4096, 32768};
   const std::string path = dir + "/onceq-fsync-probe." + std::to_string(::getpid());
   std::printf("| append bytes | way | mean us | p99 us |\n|---:|---|---:|---:|\n");
   for (auto bytes : sizes) {
-    if (bytes == 0) continue;
     for (way w : {way::grow, way::fallocate, way::zeroed}) {
-      auto [mean, p99] = probe(path, w, appends, bytes, chunk);
-      if (mean < 0) {
-        std::printf("| %zu | %s | I/O error | |\n", bytes, name_of(w));
-        continue;
+      const outcome o = probe(path, w, appends, bytes, chunk);
+      if (!o.error.empty()) {
+        std::fprintf(stderr, "onceq-fsync-probe: %s (%zu-byte appends, %s)\n", o.error.c_str(),
+                     bytes, name_of(w));
+        return 1;
       }
-      std::printf("| %zu | %s | %.0f | %.0f |\n", bytes, name_of(w), mean, p99);
+      std::printf("| %zu | %s | %.0f | %.0f |\n", bytes, name_of(w), o.mean_us, o.p99_us);
     }
   }
   return 0;
