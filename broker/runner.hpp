@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,9 @@ class runner {
   void wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done);
 
   std::size_t queue_depth() const;
+
+  // The store's WAL sync statistics (store::wal_sync_stats), for metrics.
+  std::optional<storage::sync_stats> wal_sync_stats() const { return store_.wal_sync_stats(); }
 
  private:
   using job = std::function<void(broker&)>;

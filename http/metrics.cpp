@@ -10,6 +10,33 @@ namespace {
 
 constexpr std::size_t k_status_slots = 600;  // HTTP status codes 0..599
 
+void append_family(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// One histogram series: cumulative _bucket lines (n bounds, then +Inf),
+// _sum and _count. labels: the series' own ("" or `route="x"`); bound(i):
+// the i-th upper bound in seconds; in_bucket(i): that bucket's count, not
+// cumulative (i == n: above every bound). _count is the +Inf bucket, so the
+// two always agree.
+template <class Bound, class InBucket>
+void append_histogram(std::string& out, std::string_view name, std::string_view labels,
+                      std::size_t n, Bound bound, InBucket in_bucket, double sum_seconds) {
+  auto it = std::back_inserter(out);
+  const std::string_view sep = labels.empty() ? "" : ",";
+  std::uint64_t cumulative = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    cumulative += in_bucket(b);
+    fmt::format_to(it, "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bound(b), cumulative);
+  }
+  cumulative += in_bucket(n);
+  fmt::format_to(it, "{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);
+  const std::string braced = labels.empty() ? std::string() : fmt::format("{{{}}}", labels);
+  fmt::format_to(it, "{}_sum{} {}\n{}_count{} {}\n", name, braced, sum_seconds, name, braced,
+                 cumulative);
+}
+
 }  // namespace
 
 struct http_metrics::series {
@@ -41,32 +68,19 @@ std::uint64_t http_metrics::count(std::size_t route) const noexcept {
 
 void http_metrics::render(std::string& out) const {
   auto it = std::back_inserter(out);
-  out +=
-      "# HELP onceq_http_request_duration_seconds Time from a complete request to its answer, "
-      "per route.\n"
-      "# TYPE onceq_http_request_duration_seconds histogram\n";
+  append_family(out, "onceq_http_request_duration_seconds", "histogram",
+                "Time from a complete request to its answer, per route.");
   for (std::size_t r = 0; r < labels_.size(); ++r) {
     const series& s = series_[r];
-    const std::string route = escape_label(labels_[r]);
-    std::uint64_t cumulative = 0;
-    for (std::size_t b = 0; b < k_buckets.size(); ++b) {
-      cumulative += s.buckets[b].load(std::memory_order_relaxed);
-      fmt::format_to(it,
-                     "onceq_http_request_duration_seconds_bucket{{route=\"{}\",le=\"{}\"}} {}\n",
-                     route, k_buckets[b], cumulative);
-    }
-    cumulative += s.buckets[k_buckets.size()].load(std::memory_order_relaxed);
-    fmt::format_to(it,
-                   "onceq_http_request_duration_seconds_bucket{{route=\"{}\",le=\"+Inf\"}} {}\n",
-                   route, cumulative);
-    fmt::format_to(it, "onceq_http_request_duration_seconds_sum{{route=\"{}\"}} {}\n", route,
-                   static_cast<double>(s.sum_ns.load(std::memory_order_relaxed)) / 1e9);
-    fmt::format_to(it, "onceq_http_request_duration_seconds_count{{route=\"{}\"}} {}\n", route,
-                   cumulative);
+    append_histogram(
+        out, "onceq_http_request_duration_seconds",
+        fmt::format("route=\"{}\"", escape_label(labels_[r])), k_buckets.size(),
+        [](std::size_t b) { return k_buckets[b]; },
+        [&s](std::size_t b) { return s.buckets[b].load(std::memory_order_relaxed); },
+        static_cast<double>(s.sum_ns.load(std::memory_order_relaxed)) / 1e9);
   }
-  out +=
-      "# HELP onceq_http_responses_total Responses sent, per route and status code.\n"
-      "# TYPE onceq_http_responses_total counter\n";
+  append_family(out, "onceq_http_responses_total", "counter",
+                "Responses sent, per route and status code.");
   for (std::size_t r = 0; r < labels_.size(); ++r) {
     const std::string route = escape_label(labels_[r]);
     for (std::size_t code = 0; code < k_status_slots; ++code) {
@@ -101,17 +115,14 @@ std::string escape_label(std::string_view v) {
 
 void render_broker_metrics(std::string& out, const std::vector<topic_info>& topics, millis now_ms) {
   auto it = std::back_inserter(out);
-  auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
-    fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
 
-  family("onceq_produced_total", "counter", "Messages stored, per topic.");
+  append_family(out, "onceq_produced_total", "counter", "Messages stored, per topic.");
   for (const auto& t : topics) {
     fmt::format_to(it, "onceq_produced_total{{topic=\"{}\"}} {}\n", escape_label(t.name),
                    t.produced);
   }
-  family("onceq_produce_duplicates_total", "counter",
-         "Produce requests answered from the dedup window without storing, per topic.");
+  append_family(out, "onceq_produce_duplicates_total", "counter",
+                "Produce requests answered from the dedup window without storing, per topic.");
   for (const auto& t : topics) {
     fmt::format_to(it, "onceq_produce_duplicates_total{{topic=\"{}\"}} {}\n", escape_label(t.name),
                    t.produce_duplicates);
@@ -157,7 +168,7 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
        }},
   };
   for (const auto& f : k_groups) {
-    family(f.name, f.type, f.help);
+    append_family(out, f.name, f.type, f.help);
     for (const auto& t : topics) {
       const std::string topic = escape_label(t.name);
       for (const auto& [group, g] : t.groups) {
@@ -166,6 +177,19 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
       }
     }
   }
+}
+
+void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {
+  using storage::sync_stats;
+  append_family(out, "onceq_wal_sync_duration_seconds", "histogram",
+                "Time of each WAL sync (fsync) that had new writes to cover.");
+  append_histogram(
+      out, "onceq_wal_sync_duration_seconds", "", sync_stats::k_bounds_ns.size(),
+      [](std::size_t b) { return static_cast<double>(sync_stats::k_bounds_ns[b]) / 1e9; },
+      [&s](std::size_t b) { return s.buckets[b]; }, static_cast<double>(s.sum_ns) / 1e9);
+  append_family(out, "onceq_wal_sync_waiters_total", "counter",
+                "Durability callbacks (one per round of the core thread) released by WAL syncs.");
+  fmt::format_to(std::back_inserter(out), "onceq_wal_sync_waiters_total {}\n", s.waiters);
 }
 
 }  // namespace onceq::http

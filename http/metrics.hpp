@@ -1,8 +1,9 @@
 #pragma once
 
 // Prometheus text exposition for GET /metrics: the broker's per topic/group
-// counters and gauges (from broker::metrics()), and the HTTP layer's own
-// request latency histogram and response counters per route.
+// counters and gauges (from broker::metrics()), the store's WAL sync
+// statistics, and the HTTP layer's own request latency histogram and
+// response counters per route.
 
 #include <array>
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "broker/commands.hpp"
 #include "storage/base/clock.hpp"
+#include "storage/sync_stats.hpp"
 
 namespace onceq::http {
 
@@ -45,6 +47,10 @@ class http_metrics {
 
 // Appends the onceq_* broker families for topics observed at now_ms.
 void render_broker_metrics(std::string& out, const std::vector<topic_info>& topics, millis now_ms);
+
+// Appends onceq_wal_sync_duration_seconds (histogram) and
+// onceq_wal_sync_waiters_total (counter) from a store's snapshot.
+void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s);
 
 // Escapes a Prometheus label value (\\, \" and \n).
 std::string escape_label(std::string_view v);

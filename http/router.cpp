@@ -447,6 +447,8 @@ asio::awaitable<reply> router::prometheus(call& c) {
       "# HELP onceq_runner_queue_depth Commands waiting for the core thread.\n"
       "# TYPE onceq_runner_queue_depth gauge\n";
   body += fmt::format("onceq_runner_queue_depth {}\n", runner_.queue_depth());
+  // Omitted for a store without a WAL (the in-memory store of the tests).
+  if (const auto wal = runner_.wal_sync_stats()) render_wal_sync_metrics(body, *wal);
   metrics_->render(body);
   out.res.prepare_payload();
   co_return out;

@@ -11,7 +11,8 @@ namespace onceq::storage {
 // An in-memory store for unit tests: same key spaces and encoding as the
 // RocksDB store, every write is "durable" at once. Survives a broker
 // restart in a test by being handed to a new broker. Single-threaded.
-class memory_store final : public store {
+// Tests derive from it to change one behaviour (when_durable, wal_sync_stats).
+class memory_store : public store {
  public:
   result<void> write(const batch& b) override;
   result<std::string> get(column c, std::string_view key) override;

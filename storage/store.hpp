@@ -1,12 +1,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "storage/base/result.hpp"
 #include "storage/batch.hpp"
+#include "storage/sync_stats.hpp"
 
 namespace onceq::storage {
 
@@ -16,7 +18,8 @@ namespace onceq::storage {
 //
 // Threading: write, get and scan are called from one thread at a time (the
 // broker's core thread). when_durable may be called from that same thread;
-// its callback may run on another thread (the syncer).
+// its callback may run on another thread (the syncer). wal_sync_stats may
+// be called from any thread.
 class store {
  public:
   virtual ~store() = default;
@@ -54,6 +57,10 @@ class store {
   // under the fsync policy (at once when the policy does not wait). Callbacks
   // run in registration order. done must not block.
   virtual void when_durable(std::function<void(result<void>)> done) = 0;
+
+  // What the WAL syncer has done so far (for metrics), or nullopt for a
+  // store without a write-ahead log (this default). Never touches the disk.
+  virtual std::optional<sync_stats> wal_sync_stats() const { return std::nullopt; }
 };
 
 }  // namespace onceq::storage

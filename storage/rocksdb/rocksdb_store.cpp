@@ -153,7 +153,8 @@ struct rocksdb_store::impl {
   // Writes applied so far, so that the syncer can skip a sync that would
   // cover nothing new. Incremented after db_->Write returns.
   std::atomic<std::uint64_t> writes_{0};
-  std::atomic<std::uint64_t> syncs_{0};
+  // Every SyncWAL call (its duration) and every callback the syncer released.
+  sync_stats_recorder stats_;
 
   // Syncer state. pending_ holds when_durable callbacks (fsync always only)
   // in registration order; the syncer takes them all, syncs once, runs them.
@@ -174,8 +175,9 @@ struct rocksdb_store::impl {
     if (sync_error_) return *sync_error_;
     const std::uint64_t seen = writes_.load(std::memory_order_acquire);
     if (seen == synced_writes_) return {};
+    const auto started = std::chrono::steady_clock::now();
     const rocksdb::Status s = db_->SyncWAL();
-    syncs_.fetch_add(1, std::memory_order_relaxed);
+    stats_.observe(std::chrono::steady_clock::now() - started);
     if (!s.ok()) {
       sync_error_ = io_error("wal sync failed", s);
       failed_.store(true, std::memory_order_release);
@@ -183,6 +185,12 @@ struct rocksdb_store::impl {
     }
     synced_writes_ = seen;
     return {};
+  }
+
+  // Runs callbacks that waited for the syncer, with the sync's outcome.
+  void release(std::vector<callback>& ready, const result<void>& r) {
+    stats_.add_waiters(ready.size());
+    for (auto& done : ready) done(r);
   }
 
   void run_syncer() {
@@ -195,8 +203,7 @@ struct rocksdb_store::impl {
         std::vector<callback> ready;
         ready.swap(pending_);
         lk.unlock();
-        const result<void> r = sync_wal();
-        for (auto& done : ready) done(r);
+        release(ready, sync_wal());
         lk.lock();
       } else {  // interval
         cv_.wait_for(lk, std::chrono::milliseconds(opts_.fsync.interval_ms), [&] { return stop_; });
@@ -304,8 +311,7 @@ struct rocksdb_store::impl {
       std::lock_guard lk(mu_);
       rest.swap(pending_);
     }
-    const result<void> r = sync_wal();
-    for (auto& done : rest) done(r);
+    release(rest, sync_wal());
 
     for (auto* h : cfs_) {
       if (h != nullptr) (void)db_->DestroyColumnFamilyHandle(h);  // swallowed: closing anyway
@@ -523,8 +529,12 @@ std::uint64_t rocksdb_store::disk_bytes() const {
   return total;
 }
 
+std::optional<sync_stats> rocksdb_store::wal_sync_stats() const {
+  return p_->stats_.snapshot();
+}
+
 std::uint64_t rocksdb_store::syncs() const {
-  return p_->syncs_.load(std::memory_order_relaxed);
+  return p_->stats_.snapshot().count;
 }
 
 result<void> rocksdb_store::compact_all() {

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,10 +60,14 @@ class rocksdb_store final : public store {
                     const visitor& fn) override;
   result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;
   void when_durable(std::function<void(result<void>)> done) override;
+  // Every SyncWAL call, timed, and the callbacks the syncer released (under
+  // fsync=always; inline answers under interval/none are not counted).
+  // Present under every policy (all zeros under none).
+  std::optional<sync_stats> wal_sync_stats() const override;
 
   // Total bytes of SST and WAL files (for metrics and the soak benchmark).
   std::uint64_t disk_bytes() const;
-  // Number of SyncWAL calls so far (group-commit effectiveness).
+  // Number of SyncWAL calls so far (wal_sync_stats()->count).
   std::uint64_t syncs() const;
   // Forces a compaction of the whole database (tests of the compaction filter).
   result<void> compact_all();

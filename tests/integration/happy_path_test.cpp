@@ -147,6 +147,17 @@ TEST_F(happy_path, produce_consume_ack_stats) {
   res = client().get("/metrics");
   EXPECT_EQ(res.status, 200u);
   EXPECT_NE(res.body.find("orders"), std::string::npos);
+  // Under --fsync always every answer above waited for a WAL sync.
+  auto value_of = [&](const std::string& series) -> long long {
+    const auto at = res.body.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stoll(res.body.substr(at + series.size() + 2));
+  };
+  EXPECT_GE(value_of(R"(onceq_wal_sync_duration_seconds_bucket{le="+Inf"})"), 1) << res.body;
+  EXPECT_EQ(value_of(R"(onceq_wal_sync_duration_seconds_bucket{le="+Inf"})"),
+            value_of("onceq_wal_sync_duration_seconds_count"));
+  EXPECT_GE(value_of("onceq_wal_sync_waiters_total"),
+            value_of("onceq_wal_sync_duration_seconds_count"));
 
   // Delete a topic: gone from the list, its URL 404s, produce to it 400s.
   res = client().request("DELETE", "/v1/topics/audit");

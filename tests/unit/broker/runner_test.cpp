@@ -126,20 +126,8 @@ TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
 
 // A store whose durability the test releases by hand: answers must wait for
 // it, whichever round of the core loop registered them.
-class gated_store final : public storage::store {
+class gated_store final : public storage::memory_store {
  public:
-  result<void> write(const storage::batch& b) override { return inner_.write(b); }
-  result<std::string> get(storage::column c, std::string_view key) override {
-    return inner_.get(c, key);
-  }
-  result<void> scan(storage::column c, std::string_view begin, std::string_view end,
-                    const visitor& fn) override {
-    return inner_.scan(c, begin, end, fn);
-  }
-  result<std::string> last_key(storage::column c, std::string_view begin,
-                               std::string_view end) override {
-    return inner_.last_key(c, begin, end);
-  }
   void when_durable(std::function<void(result<void>)> done) override {
     std::lock_guard lk(mu_);
     if (open_) {
@@ -164,7 +152,6 @@ class gated_store final : public storage::store {
   }
 
  private:
-  storage::memory_store inner_;
   std::mutex mu_;
   bool open_ = true;
   std::vector<std::function<void(result<void>)>> held_;

@@ -77,6 +77,28 @@ TEST(MetricsTest, NothingUnackedIsZeroAge) {
   EXPECT_TRUE(has_line(out, R"(onceq_oldest_unacked_age_seconds{topic="t",group="g"} 0)"));
 }
 
+TEST(MetricsTest, WalSyncFamilies) {
+  storage::sync_stats s;
+  s.buckets[0] = 1;                                        // <= 50 µs
+  s.buckets[2] = 3;                                        // <= 250 µs
+  s.buckets[storage::sync_stats::k_bounds_ns.size()] = 1;  // above 1 s
+  s.count = 5;
+  s.sum_ns = 2'000'600'000;
+  s.waiters = 12;
+  std::string out;
+  render_wal_sync_metrics(out, s);
+  EXPECT_TRUE(has_line(out, "# TYPE onceq_wal_sync_duration_seconds histogram"));
+  EXPECT_TRUE(has_line(out, R"(onceq_wal_sync_duration_seconds_bucket{le="5e-05"} 1)"));
+  EXPECT_TRUE(has_line(out, R"(onceq_wal_sync_duration_seconds_bucket{le="0.0001"} 1)"));
+  EXPECT_TRUE(has_line(out, R"(onceq_wal_sync_duration_seconds_bucket{le="0.00025"} 4)"));
+  EXPECT_TRUE(has_line(out, R"(onceq_wal_sync_duration_seconds_bucket{le="1"} 4)"));
+  EXPECT_TRUE(has_line(out, R"(onceq_wal_sync_duration_seconds_bucket{le="+Inf"} 5)"));
+  EXPECT_TRUE(has_line(out, "onceq_wal_sync_duration_seconds_sum 2.0006"));
+  EXPECT_TRUE(has_line(out, "onceq_wal_sync_duration_seconds_count 5"));
+  EXPECT_TRUE(has_line(out, "# TYPE onceq_wal_sync_waiters_total counter"));
+  EXPECT_TRUE(has_line(out, "onceq_wal_sync_waiters_total 12"));
+}
+
 TEST(MetricsTest, EscapeLabel) {
   EXPECT_EQ(escape_label("a\\b\"c\nd"), R"(a\\b\"c\nd)");
 }

@@ -501,6 +501,46 @@ TEST_F(RouterTest, Metrics) {
             std::string::npos);
 }
 
+TEST_F(RouterTest, MetricsOmitWalSyncsForAStoreWithoutAWal) {
+  auto res = h_.get("/metrics");
+  ASSERT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body().find("onceq_wal_sync"), std::string::npos) << res.body();
+}
+
+// The in-memory store, reporting WAL sync statistics as the RocksDB store does.
+class wal_store final : public storage::memory_store {
+ public:
+  explicit wal_store(storage::sync_stats s) : stats_(s) {}
+  std::optional<storage::sync_stats> wal_sync_stats() const override { return stats_; }
+
+ private:
+  storage::sync_stats stats_;
+};
+
+TEST(RouterWalMetricsTest, MetricsShowTheStoresWalSyncs) {
+  storage::sync_stats s;
+  s.buckets[2] = 4;  // <= 250 µs
+  s.count = 4;
+  s.sum_ns = 800'000;
+  s.waiters = 10;
+  wal_store store(s);
+  router_harness h(test_options(), &store);
+  auto res = h.get("/metrics");
+  ASSERT_EQ(res.result_int(), 200);
+  const std::string& text = res.body();
+  EXPECT_NE(text.find("# TYPE onceq_wal_sync_duration_seconds histogram\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("onceq_wal_sync_duration_seconds_bucket{le=\"0.0001\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("onceq_wal_sync_duration_seconds_bucket{le=\"0.00025\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("onceq_wal_sync_duration_seconds_bucket{le=\"+Inf\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("onceq_wal_sync_duration_seconds_sum 0.0008\n"), std::string::npos);
+  EXPECT_NE(text.find("onceq_wal_sync_duration_seconds_count 4\n"), std::string::npos);
+  EXPECT_NE(text.find("onceq_wal_sync_waiters_total 10\n"), std::string::npos);
+}
+
 TEST(RouterBackpressureTest, QueueOverLimitAnswers429) {
   http_options o = test_options();
   o.max_queue_depth = 0;

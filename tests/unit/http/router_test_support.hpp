@@ -35,8 +35,13 @@ inline http_options test_options() {
 
 class router_harness {
  public:
-  explicit router_harness(http_options opts = test_options())
-      : broker_(store_, clock_), runner_(broker_, store_, clock_), router_(runner_, clock_, opts) {
+  // backing: the store under the broker, which must outlive the harness;
+  // null: the harness's own in-memory store.
+  explicit router_harness(http_options opts = test_options(), storage::store* backing = nullptr)
+      : backing_(backing != nullptr ? *backing : store_),
+        broker_(backing_, clock_),
+        runner_(broker_, backing_, clock_),
+        router_(runner_, clock_, opts) {
     auto r = broker_.recover();
     EXPECT_TRUE(r.ok());
     runner_.start();
@@ -91,6 +96,7 @@ class router_harness {
  private:
   manual_clock clock_;
   storage::memory_store store_;
+  storage::store& backing_;
   broker broker_;
   runner runner_;
   router router_;

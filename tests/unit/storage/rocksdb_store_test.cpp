@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -607,6 +608,29 @@ TEST_F(rocksdb_store_test, when_durable_callbacks_all_run_in_order) {
   EXPECT_LE(store_->syncs(), static_cast<std::uint64_t>(n));
 }
 
+// GET /metrics' onceq_wal_sync_*: every sync that ran is timed, and every
+// callback it released is counted.
+TEST_F(rocksdb_store_test, sync_stats_time_the_syncs_and_count_their_waiters) {
+  open();
+  std::atomic<int> ran{0};
+  constexpr int n = 200;
+  for (int i = 0; i < n; ++i) {
+    put(column::messages, keys::message(1, 0, i), "m");
+    store_->when_durable([&](result<void> r) {
+      EXPECT_TRUE(r.ok());
+      ran.fetch_add(1);
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return ran.load() == n; }));
+  const std::optional<sync_stats> s = store_->wal_sync_stats();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_GE(s->count, 1u);
+  EXPECT_LE(s->count, static_cast<std::uint64_t>(n));
+  EXPECT_EQ(s->count, store_->syncs());
+  EXPECT_GT(s->sum_ns, 0u);
+  EXPECT_EQ(s->waiters, static_cast<std::uint64_t>(n));
+}
+
 // While one sync is in progress, every callback registered meanwhile must
 // share the next sync. The first callback stands in for a slow fsync: it
 // holds the syncer until all the others have been registered.
@@ -693,6 +717,12 @@ TEST_F(rocksdb_store_test, no_sync_when_nothing_was_written) {
   for (int i = 0; i < 10; ++i) store_->when_durable([&](result<void>) { ran.fetch_add(1); });
   ASSERT_TRUE(eventually([&] { return ran.load() == 10; }));
   EXPECT_EQ(store_->syncs(), 0u);
+  // The skipped syncs are not timed; their callbacks still waited for the syncer.
+  const auto s = store_->wal_sync_stats();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->count, 0u);
+  EXPECT_EQ(s->sum_ns, 0u);
+  EXPECT_EQ(s->waiters, 10u);
 }
 
 TEST_F(rocksdb_store_test, close_runs_every_pending_callback) {
@@ -721,6 +751,24 @@ TEST_F(rocksdb_store_test, interval_policy_answers_at_once_and_syncs_in_the_back
   EXPECT_TRUE(eventually([&] { return store_->syncs() >= 1; }));
 }
 
+// One timed sync per interval that has new writes to cover; answers are
+// inline, so nobody waits for the syncer.
+TEST_F(rocksdb_store_test, interval_policy_times_the_syncs_that_cover_new_writes) {
+  open(fsync_policy{fsync_policy::mode::interval, 1});
+  auto syncs = [&] { return store_->wal_sync_stats().value_or(sync_stats{}).count; };
+  put(column::meta, "k1", "v");
+  ASSERT_TRUE(eventually([&] { return syncs() >= 1; }));
+  put(column::meta, "k2", "v");
+  store_->when_durable([](result<void> r) { EXPECT_TRUE(r.ok()); });
+  ASSERT_TRUE(eventually([&] { return syncs() >= 2; }));
+  // One sync per write: each was synced before the next was made.
+  const auto s = store_->wal_sync_stats();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->count, 2u);
+  EXPECT_GT(s->sum_ns, 0u);
+  EXPECT_EQ(s->waiters, 0u);
+}
+
 TEST_F(rocksdb_store_test, none_policy_answers_at_once_and_never_syncs) {
   open(fsync_policy{fsync_policy::mode::none, 0});
   int ran = 0;
@@ -734,6 +782,10 @@ TEST_F(rocksdb_store_test, none_policy_answers_at_once_and_never_syncs) {
   EXPECT_EQ(ran, 100);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(store_->syncs(), 0u);
+  // Still reported (the store has a WAL), as zeros.
+  const auto s = store_->wal_sync_stats();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->waiters, 0u);
   reopen();  // a clean close still leaves everything readable
   EXPECT_EQ(scan_all(*store_, column::meta).size(), 100u);
 }
