@@ -25,7 +25,7 @@ struct sync_stats {
   std::uint64_t waiters = 0;  // when_durable callbacks released by the syncer
 };
 
-// The writer's side of sync_stats: lock-free (relaxed atomics), so the
+// The writer's side of sync_stats: lock-free (atomics, release on a bucket), so the
 // syncer thread records and any thread takes snapshots. A snapshot is
 // consistent per bucket, not across buckets; a bucket it counts has its
 // duration in sum_ns.
