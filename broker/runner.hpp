@@ -70,6 +70,10 @@ class runner {
 
   std::size_t queue_depth() const;
 
+  // Whether the store accepts writes (store::health), for healthz and
+  // metrics. Any thread.
+  storage::store_health storage_health() const { return store_.health(); }
+
   // The store's WAL sync statistics (store::wal_sync_stats), for metrics.
   std::optional<storage::sync_stats> wal_sync_stats() const { return store_.wal_sync_stats(); }
 

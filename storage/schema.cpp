@@ -109,6 +109,7 @@ class reader {
     return byte(v) && v == k_format_version;
   }
   bool ok() const { return ok_; }
+  bool at_end() const { return in_.empty(); }
 
  private:
   bool fail() {
@@ -274,6 +275,10 @@ std::string encode(const topic_record& r) {
   w.svarint(s.dedup_window_ms);
   w.svarint(s.retention_ms);
   w.svarint(r.created_at_ms);
+  // Fields added after format 1 shipped: appended, read when present.
+  w.svarint(s.max_backlog_messages);
+  w.svarint(s.max_backlog_bytes);
+  w.svarint(s.max_inflight);
   return w.take();
 }
 
@@ -285,6 +290,9 @@ result<topic_record> decode_topic(std::string_view v) {
         r.svarint(s.lease_ms) && r.svarint(s.max_attempts) && r.svarint(s.backoff_ms) &&
         r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) && r.svarint(s.dedup_window_ms) &&
         r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
+    return corrupt("topic");
+  if (!r.at_end() && !(r.svarint(s.max_backlog_messages) && r.svarint(s.max_backlog_bytes) &&
+                       r.svarint(s.max_inflight)))
     return corrupt("topic");
   return t;
 }

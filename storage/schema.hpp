@@ -29,6 +29,14 @@ struct topic_settings {
   millis key_ttl_ms = 604'800'000;    // Default: 7 days; 0 = forever
   millis dedup_window_ms = 120'000;   // Default: 2 minutes
   millis retention_ms = 604'800'000;  // Default: 7 days; 0 = no age limit
+  // Backpressure (docs/OPERATIONS.md, "Limits"): a produce that would take
+  // the topic's backlog (stored messages not yet deleted by retention) past
+  // either cap is refused whole with RESOURCE_EXHAUSTED.
+  std::int64_t max_backlog_messages = 0;  // Default: 0 = unlimited
+  std::int64_t max_backlog_bytes = 0;     // Default: 0 = unlimited (value + envelope bytes)
+  // Leases one group may hold at once on this topic; a consume past it
+  // gets no more messages until leases end. Default: 0 = unlimited.
+  std::int64_t max_inflight = 0;
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 

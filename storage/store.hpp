@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -11,6 +12,20 @@
 #include "storage/sync_stats.hpp"
 
 namespace onceq::storage {
+
+// Whether the store accepts writes now (store::health). A store that hit a
+// write, sync or space fault refuses writes until resume() clears it.
+struct store_health {
+  bool writable = true;
+  std::string reason;  // why not writable; "" when writable
+};
+
+// What store::resume() had to do to clear a fault.
+enum class resume_outcome : std::uint8_t {
+  resumed,   // in place: everything get/scan showed before is still there
+  reopened,  // the store was reopened: unsynced writes may be gone, so a
+             // caller's in-memory view must be rebuilt from the store
+};
 
 // The broker's view of durable state: raw ordered key spaces plus a
 // durability barrier. The domain encoding of keys and records lives in
@@ -57,6 +72,16 @@ class store {
   // under the fsync policy (at once when the policy does not wait). Callbacks
   // run in registration order. done must not block.
   virtual void when_durable(std::function<void(result<void>)> done) = 0;
+
+  // Whether writes are accepted now, and why not. Any thread; never blocks
+  // on the disk.
+  virtual store_health health() const { return {}; }
+
+  // Tries to clear a write fault (disk full, EIO, read-only filesystem) so
+  // that writes are accepted again. Called from the core thread while
+  // health() is not writable; cheap to call again when it fails (the fault
+  // has not cleared: errc::unavailable). A store that never faults: resumed.
+  virtual result<resume_outcome> resume() { return resume_outcome::resumed; }
 
   // What the WAL syncer has done so far (for metrics), or nullopt for a
   // store without a write-ahead log (this default). Never touches the disk.

@@ -29,6 +29,9 @@ std::string_view to_string(errc code) noexcept;
 struct error {
   errc code = errc::internal;
   std::string message;
+  // resource_exhausted / unavailable: a hint of when a retry may succeed, in
+  // ms (http/ sends it as Retry-After and retry_after_ms); 0 = no hint.
+  long long retry_after_ms = 0;
 };
 
 }  // namespace onceq
