@@ -7,34 +7,37 @@
 #include <vector>
 
 #include "broker/commands.hpp"
+#include "broker/options.hpp"
 #include "storage/base/clock.hpp"
 #include "storage/base/result.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {
 
-struct broker_options {
-  std::uint32_t max_partitions = 1024;         // Default: 1024 per topic
-  std::size_t max_batch = 1000;                // Default: 1000 messages / acks per request
-  std::int64_t max_lease_ms = 3'600'000;       // Default: 1 hour
-  std::int64_t max_delay_ms = 31'536'000'000;  // Default: 365 days (delay_ms, nack delay_ms)
-  // Recently produced messages kept in memory so that consumers near the
-  // tail do not read them back from the store. Default: 32 MiB.
-  std::size_t message_cache_bytes = 32ull << 20;
-};
+struct core;
 
 // The core: topics, partitions, groups, deliveries and leases, idempotency
 // keys, retries and the DLQ, produce dedup. Synchronous and I/O-free apart
 // from the injected store; time comes from the injected clock.
 //
-// Thread safety: none. One thread (broker/runner's core thread, or a test)
-// calls everything. Every mutating call writes its changes to the store in
-// one atomic batch before it returns; the caller answers the client only
-// after store::when_durable confirms them.
+// A facade over the modules (docs/DESIGN.md, "The core's modules"): each
+// command builds one txn (broker/txn.hpp) holding its storage batch and its
+// in-memory changes, and the memory side is applied only after the store
+// accepted the batch. A command that fails, on bad input, fencing, a failed
+// read or a refused write, leaves memory exactly as it was.
 //
-// Errors: errc::invalid_argument for bad input (nothing changes),
-// errc::not_found, errc::failed_precondition for fencing (nothing changes),
-// errc::unavailable when the store refuses writes.
+// Deterministic: the same commands at the same clock readings give the same
+// state and the same answers (no other source of time or randomness), the
+// ground for replicating the command log (docs/REPLICATION.md).
+//
+// Thread safety: none. One thread (broker/runner's core thread, or a test)
+// calls everything. The caller answers the client only after
+// store::when_durable confirms the writes.
+//
+// Errors: errc::invalid_argument for bad input, errc::not_found,
+// errc::failed_precondition for fencing, errc::resource_exhausted at a
+// topic's backlog cap, errc::unavailable (with a retry hint) while the store
+// refuses writes or a read fails.
 class broker {
  public:
   broker(storage::store& store, const clock& time, broker_options opts = {});
@@ -43,7 +46,9 @@ class broker {
   broker& operator=(const broker&) = delete;
 
   // Rebuilds in-memory state (topics, cursors, deliveries, leases, held
-  // keys) from the store. Call once, before anything else.
+  // keys) from the store, dropping whatever memory held. Call before
+  // anything else, and again after the store was reopened
+  // (storage::resume_outcome::reopened).
   result<void> recover();
 
   result<topic_created> create_topic(const create_topic_cmd& cmd);
@@ -80,10 +85,16 @@ class broker {
 
   std::vector<topic_info> metrics() const;
 
-  struct state;
+  // The whole in-memory state as canonical text (sorted, no addresses):
+  // for tests that compare two cores or a core before and after a failed
+  // command.
+  std::string describe_state() const;
 
  private:
-  std::unique_ptr<state> s_;
+  // errc::unavailable while the store refuses writes (store::health).
+  result<void> writable() const;
+
+  std::unique_ptr<core> c_;
 };
 
 }  // namespace onceq

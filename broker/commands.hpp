@@ -1,7 +1,9 @@
 #pragma once
 
 // Commands the broker accepts and the replies it gives: plain structs,
-// translated from/to JSON by http/. Field names follow spec/API.md.
+// translated from/to JSON by http/. Field names follow docs/API.md. These
+// are the API's types, not the disk records (storage/schema.hpp): the broker
+// converts between them (broker/records.hpp), so either can change alone.
 
 #include <cstdint>
 #include <map>
@@ -11,12 +13,37 @@
 
 #include "storage/base/clock.hpp"
 #include "storage/base/errc.hpp"
-#include "storage/schema.hpp"
 
 namespace onceq {
 
-using topic_settings = storage::topic_settings;
-using dlq_origin = storage::dlq_origin;
+// A topic's settings (POST /v1/topics). Defaults are the API's.
+struct topic_settings {
+  millis lease_ms = 30'000;           // Default: 30 s
+  std::int64_t max_attempts = 0;      // Default: 0 = unlimited
+  millis backoff_ms = 0;              // Default: 0 = redeliver at once
+  millis max_backoff_ms = 0;          // Default: 0 = no cap
+  millis key_ttl_ms = 604'800'000;    // Default: 7 days; 0 = forever
+  millis dedup_window_ms = 120'000;   // Default: 2 minutes
+  millis retention_ms = 604'800'000;  // Default: 7 days; 0 = no age limit
+  // A produce that would take the topic's stored messages past either cap is
+  // refused whole with RESOURCE_EXHAUSTED (docs/OPERATIONS.md, "Limits").
+  std::int64_t max_backlog_messages = 0;  // Default: 0 = unlimited
+  std::int64_t max_backlog_bytes = 0;     // Default: 0 = unlimited (value + envelope bytes)
+  // Leases one group may hold at once; a consume past it gets no more
+  // messages until leases end. Default: 0 = unlimited.
+  std::int64_t max_inflight = 0;
+  friend bool operator==(const topic_settings&, const topic_settings&) = default;
+};
+
+// Where a dead-lettered message came from (envelope.dlq on the wire).
+struct dlq_origin {
+  std::string original_topic;
+  std::uint32_t original_partition = 0;
+  std::uint64_t original_offset = 0;
+  std::int64_t attempts = 0;
+  std::string last_error;
+  millis routed_at_ms = 0;
+};
 
 struct create_topic_cmd {
   std::string name;

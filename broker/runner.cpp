@@ -13,6 +13,8 @@ using steady = std::chrono::steady_clock;
 // Longest the core sleeps without a deadline: bounds how late a manual or
 // adjusted clock is noticed.
 constexpr auto k_idle_wait = std::chrono::milliseconds(200);
+// How often the core asks a store that refuses writes to resume.
+constexpr auto k_resume_every = std::chrono::milliseconds(500);
 }  // namespace
 
 struct runner::waiter {
@@ -136,9 +138,24 @@ void runner::wait_key(key_query q, millis wait_ms, std::function<void(result<key
           key_waiters_.push_back(w);
           return;
         }
-        w->done(std::move(r));
+        // The state shown may come from a write of this very round (an ack
+        // that committed the key): answered only once that write is durable.
+        answer_when_durable(std::move(r), std::move(w->done));
       },
       std::move(rej));
+}
+
+void runner::try_resume() {
+  auto now = steady::now();
+  if (!store_.health().writable && now >= next_resume_) {
+    next_resume_ = now + k_resume_every;
+    auto r = store_.resume();
+    // Reopened: writes that were not synced may be gone, so memory follows
+    // the store. Not cleared yet: try again later.
+    if (r.ok() && *r == storage::resume_outcome::reopened) needs_recover_ = true;
+  }
+  // A failed rebuild is tried again every round.
+  if (needs_recover_) needs_recover_ = !broker_.recover().ok();
 }
 
 void runner::loop() {
@@ -153,12 +170,14 @@ void runner::loop() {
       }
       for (const auto& w : waiters_) wake = std::min(wake, w->deadline);
       for (const auto& w : key_waiters_) wake = std::min(wake, w->deadline);
+      if (!store_.health().writable) wake = std::min(wake, next_resume_);
       cv_.wait_until(lk, wake, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) break;
       local.swap(queue_);
     }
     for (auto& [j, r] : local) j(broker_);
     local.clear();
+    try_resume();
     broker_.tick();
 
     auto now = steady::now();

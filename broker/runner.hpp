@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -24,6 +25,11 @@ struct runner_options {
 // one sync covers every command that ran while the previous sync was in
 // flight). Also drives broker::tick() from the broker's next deadline and
 // parks long-polling consumers until a produce makes their topic ready.
+//
+// While the store refuses writes (disk full, EIO), commands that write
+// answer errc::unavailable and reads keep working; the core asks the store
+// to resume every 500 ms and rebuilds the broker from the store when the
+// store had to be reopened, so the server recovers without a restart.
 //
 // Thread safety: every public member may be called from any thread. The
 // done callbacks run on the core or the store's syncer thread and must not
@@ -88,6 +94,9 @@ class runner {
   // fsync), including consumes woken by that round's produces.
   void after_durable(durable_fn fn);
   void end_round();
+  // While the store refuses writes: store::resume() every k_resume_every,
+  // and a rebuild of the broker's memory when the store had to reopen.
+  void try_resume();
   // Calls done(r) once durable, or done(the durability error).
   template <class T, class Done>
   void answer_when_durable(result<T> r, Done done) {
@@ -121,6 +130,8 @@ class runner {
   std::vector<std::shared_ptr<waiter>> waiters_;
   std::vector<std::shared_ptr<key_waiter>> key_waiters_;
   std::vector<durable_fn> round_;
+  std::chrono::steady_clock::time_point next_resume_{};
+  bool needs_recover_ = false;
 };
 
 }  // namespace onceq

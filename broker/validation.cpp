@@ -42,6 +42,9 @@ result<void> validate_settings(const topic_settings& s) {
   ONCEQ_TRY(validate_range("key_ttl_ms", s.key_ttl_ms, 0, k_max));
   ONCEQ_TRY(validate_range("dedup_window_ms", s.dedup_window_ms, 0, k_max));
   ONCEQ_TRY(validate_range("retention_ms", s.retention_ms, 0, k_max));
+  ONCEQ_TRY(validate_range("max_backlog_messages", s.max_backlog_messages, 0, k_max));
+  ONCEQ_TRY(validate_range("max_backlog_bytes", s.max_backlog_bytes, 0, k_max));
+  ONCEQ_TRY(validate_range("max_inflight", s.max_inflight, 0, k_max));
   return {};
 }
 

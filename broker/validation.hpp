@@ -4,13 +4,13 @@
 #include <string_view>
 
 #include "broker/commands.hpp"
+#include "broker/limits.hpp"
 #include "storage/base/result.hpp"
 
 namespace onceq {
 
 // Domain rules for names and numbers, shared by every command. The HTTP edge
 // checks JSON types; these check values.
-inline constexpr std::size_t k_max_name_bytes = 200;
 
 // Topic names: [A-Za-z0-9._-]{1,200}.
 result<void> validate_topic_name(std::string_view name);

@@ -20,18 +20,40 @@ class memory_store : public store {
                     const visitor& fn) override;
   result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;
   void when_durable(std::function<void(result<void>)> done) override;
+  store_health health() const override;
+  result<resume_outcome> resume() override;
 
   // Test hooks.
   std::size_t count(column c) const { return cols_[static_cast<int>(c)].size(); }
   std::size_t writes() const noexcept { return writes_; }
-  // Makes every later write fail with errc::unavailable (a full disk).
-  void fail_writes(bool on) noexcept { fail_ = on; }
+  // Fault injection, as a full disk or a failing device would:
+  // - fail_writes: every write fails with errc::unavailable and health()
+  //   says not writable until it is turned off and resume() is called;
+  // - fail_reads_after(n): the first n reads (get, multi_get keys, scan,
+  //   last_key) succeed and every later one fails with errc::unavailable,
+  //   until fail_reads_after(npos).
+  void fail_writes(bool on) noexcept {
+    fail_ = on;
+    if (on) faulted_ = true;
+  }
+  void fail_reads_after(std::size_t n) noexcept { reads_left_ = n; }
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::size_t reads() const noexcept { return reads_; }
+  // What resume() answers once the fault is cleared (reopened: a caller
+  // must rebuild from the store).
+  void resume_as(resume_outcome o) noexcept { resume_as_ = o; }
 
  private:
+  result<void> read_fault();
+
   using map = std::map<std::string, std::string, std::less<>>;
   std::array<map, k_column_count> cols_;
   std::size_t writes_ = 0;
   bool fail_ = false;
+  bool faulted_ = false;  // refuses writes until resume()
+  std::size_t reads_left_ = npos;
+  std::size_t reads_ = 0;
+  resume_outcome resume_as_ = resume_outcome::resumed;
 };
 
 }  // namespace onceq::storage

@@ -123,9 +123,33 @@ TEST_F(memory_store_test, failed_writes_apply_nothing) {
   b.put(column::meta, "k", "v");
   EXPECT_EQ(s_.write(b).code(), errc::unavailable);
   EXPECT_EQ(s_.count(column::meta), 0u);
+  EXPECT_FALSE(s_.health().writable);
   s_.fail_writes(false);
+  // Like RocksDB after a background error: refused until resumed.
+  EXPECT_EQ(s_.write(b).code(), errc::unavailable);
+  ASSERT_TRUE(s_.resume().ok());
+  EXPECT_TRUE(s_.health().writable);
   EXPECT_TRUE(s_.write(b).ok());
   EXPECT_EQ(*s_.get(column::meta, "k"), "v");
+}
+
+TEST_F(memory_store_test, resume_fails_while_the_fault_lasts) {
+  s_.fail_writes(true);
+  EXPECT_EQ(s_.resume().code(), errc::unavailable);
+  EXPECT_FALSE(s_.health().writable);
+}
+
+TEST_F(memory_store_test, injected_read_failures_start_after_n_reads) {
+  batch b;
+  b.put(column::meta, "k", "v");
+  ASSERT_TRUE(s_.write(b).ok());
+  s_.fail_reads_after(1);
+  EXPECT_TRUE(s_.get(column::meta, "k").ok());
+  EXPECT_EQ(s_.get(column::meta, "k").code(), errc::unavailable);
+  EXPECT_EQ(s_.scan(column::meta, "", "z", [](auto, auto) { return true; }).code(),
+            errc::unavailable);
+  s_.fail_reads_after(memory_store::npos);
+  EXPECT_TRUE(s_.get(column::meta, "k").ok());
 }
 
 }  // namespace

@@ -1,0 +1,385 @@
+#include "broker/delivery.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "broker/records.hpp"
+#include "broker/validation.hpp"
+
+namespace onceq {
+
+namespace st = storage;
+using st::column;
+
+namespace {
+
+error fenced(std::string message) {
+  return make_error(errc::failed_precondition, std::move(message));
+}
+
+millis backoff_of(const topic& t, const open_delivery& d) {
+  return retry_delay(d.attempts, d.backoff_ms >= 0 ? d.backoff_ms : t.rec.settings.backoff_ms,
+                     d.max_backoff_ms >= 0 ? d.max_backoff_ms : t.rec.settings.max_backoff_ms);
+}
+
+std::string scope_of(const topic& t, const group_state& g, const st::message_record& m) {
+  return m.idempotency_key.empty()
+             ? std::string()
+             : st::keys::idem_key(t.rec.id, g.id, m.tenant_id, m.idempotency_key);
+}
+
+// One consume being planned: what it has taken so far, without touching the
+// group (the group changes when the txn commits).
+class consume_planner {
+ public:
+  consume_planner(core& c, topic& t, group_state& g, const consume_cmd& cmd, millis lease_ms,
+                  millis now, txn& tx)
+      : c_(c), t_(t), g_(g), cmd_(cmd), lease_ms_(lease_ms), now_(now), tx_(tx) {
+    const auto n = t.parts.size();
+    cursor_.resize(n);
+    ready_at_.resize(n);
+    for (std::size_t p = 0; p < n; ++p) {
+      cursor_[p] = g.parts[p].cursor;
+      ready_at_[p] = g.parts[p].ready.begin();
+    }
+    const auto max = static_cast<std::uint64_t>(cmd.max_messages);
+    want_ = max;
+    if (t.rec.settings.max_inflight > 0) {
+      auto cap = static_cast<std::uint64_t>(t.rec.settings.max_inflight);
+      want_ = std::min(want_, cap > g.stats.inflight ? cap - g.stats.inflight : 0);
+    }
+  }
+
+  result<std::vector<delivery>> run() {
+    const auto n = static_cast<std::uint32_t>(t_.parts.size());
+    // Round robin, one message per partition per round, so that one busy
+    // partition does not starve the others.
+    bool progress = true;
+    std::uint32_t rr = g_.next_partition;
+    while (progress && out_.size() < want_) {
+      progress = false;
+      for (std::uint32_t i = 0; i < n && out_.size() < want_; ++i) {
+        auto r = take_one((rr + i) % n);
+        if (!r.ok()) return std::move(r).err();
+        progress = progress || *r;
+      }
+      rr = (rr + 1) % n;
+    }
+    // Cursors that moved are written once, not once per message taken.
+    auto* g = &g_;
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (cursor_[p] == g_.parts[p].cursor) continue;
+      put_cursor(tx_, t_, g_, p, cursor_[p]);
+      tx_.then([g, p, c = cursor_[p]] { g->parts[p].cursor = c; });
+    }
+    tx_.then([g, rr] { g->next_partition = rr; });
+    return std::move(out_);
+  }
+
+ private:
+  // Delivers at most one message of partition p: redeliveries first (they
+  // are older), then the next fresh offset. Held-back messages are set aside
+  // so that they never block the partition.
+  result<bool> take_one(std::uint32_t p) {
+    auto& ps = g_.parts[p];
+    auto& part = t_.parts[p];
+    for (;;) {
+      std::uint64_t off;
+      if (ready_at_[p] != ps.ready.end()) {
+        off = *ready_at_[p]++;
+        tx_.then([ps = &ps, off] { ps->ready.erase(off); });
+        auto it = ps.open.find(off);
+        if (it == ps.open.end() || it->second.state != st::delivery_state::pending ||
+            it->second.parked)
+          continue;
+      } else if (cursor_[p] < part.next) {
+        off = cursor_[p]++;
+        // This partition's share of the consume, so that round robin over
+        // many partitions does not read far ahead on each.
+        part.read_ahead(c_.store, off, (want_ - out_.size()) / t_.parts.size());
+      } else {
+        return false;
+      }
+      auto r = try_deliver(position{p, off});
+      if (!r.ok() || *r) return r;
+    }
+  }
+
+  // Tries to hand the message at pos to the owner; true if it was.
+  result<bool> try_deliver(position pos) {
+    auto* g = &g_;
+    auto* t = &t_;
+    auto& ps = g_.parts[pos.partition];
+    auto m = t_.parts[pos.partition].read(c_.store, pos.offset);
+    if (!m.ok() && m.code() != errc::not_found) return std::move(m).err();
+    const auto retention = t_.rec.settings.retention_ms;
+    if (!m.ok() || (retention > 0 && m->produced_at_ms + retention <= now_)) {
+      // Deleted or expired: never delivered again, whatever the retention
+      // run's pace.
+      tx_.batch().del(column::deliveries,
+                      st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+      tx_.then([&c = c_, t, g, pos, now = now_] { drop_open(c, *t, *g, pos, now); });
+      return false;
+    }
+    auto existing = ps.open.find(pos.offset);
+    const bool fresh = existing == ps.open.end();
+    open_delivery d = fresh ? open_delivery{} : existing->second;
+    if (!d.known) d.fill_from(*m, scope_of(t_, g_, *m));
+
+    if (m->deliver_at_ms > now_ && d.not_before_ms < m->deliver_at_ms) {
+      d.not_before_ms = m->deliver_at_ms;
+      put_delivery(tx_, t_, g_, pos, d);
+      tx_.then([&c = c_, t, g, pos, d = std::move(d), now = now_]() mutable {
+        auto& slot = g->parts[pos.partition].open[pos.offset];
+        slot = std::move(d);
+        if (g->schedule(t->rec.id, pos, slot, now, c.timers)) c.ready_topics.insert(t->rec.name);
+      });
+      return false;
+    }
+    if (!d.scope.empty()) {
+      auto mine = leased_.find(d.scope);
+      if (g_.keys.held_by_other(d.scope, pos) || (mine != leased_.end() && mine->second != pos)) {
+        d.parked = true;
+        put_delivery(tx_, t_, g_, pos, d);
+        tx_.then([g, pos, d = std::move(d)]() mutable {
+          auto scope = d.scope;
+          g->parts[pos.partition].open[pos.offset] = std::move(d);
+          g->keys.park(scope, pos);
+        });
+        return false;
+      }
+      auto k = key_table::live(c_.store, d.scope, now_);
+      if (k.ok() && k->state == st::key_state::committed) {
+        // Auto-ack: a message whose key is committed is never delivered.
+        if (!fresh)
+          tx_.batch().del(column::deliveries,
+                          st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+        tx_.then([g, pos] {
+          ++g->stats.auto_acked;
+          g->close(pos);
+        });
+        return false;
+      }
+      if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
+      leased_[d.scope] = pos;
+    }
+    d.state = st::delivery_state::leased;
+    d.owner = cmd_.owner;
+    ++d.attempts;
+    d.lease_deadline_ms = now_ + lease_ms_;
+    d.not_before_ms = 0;
+    put_delivery(tx_, t_, g_, pos, d);
+
+    delivery out;
+    out.topic = t_.rec.name;
+    out.partition = pos.partition;
+    out.offset = pos.offset;
+    out.attempts = d.attempts;
+    out.key = std::move(m->key);
+    out.value = std::move(m->value);
+    out.last_error = d.last_error;
+    out.envelope_json = std::move(m->envelope_json);
+    if (m->dlq) out.dlq = to_api(*m->dlq);
+    out.lease_expires_at_ms = d.lease_deadline_ms;
+    out_.push_back(std::move(out));
+
+    tx_.then([&c = c_, t, g, pos, d = std::move(d)]() mutable {
+      auto& slot = g->parts[pos.partition].open[pos.offset];
+      slot = std::move(d);
+      if (!slot.scope.empty()) g->keys.lease(slot.scope, pos);
+      c.timers.push(timer{slot.lease_deadline_ms, timer_kind::lease, t->rec.id, g->id, pos});
+      ++g->stats.inflight;
+      ++g->stats.delivered;
+      if (slot.attempts > 1) ++g->stats.redelivered;
+    });
+    return true;
+  }
+
+  core& c_;
+  topic& t_;
+  group_state& g_;
+  const consume_cmd& cmd_;
+  millis lease_ms_;
+  millis now_;
+  txn& tx_;
+  std::uint64_t want_ = 0;
+  std::vector<std::uint64_t> cursor_;
+  std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
+  std::unordered_map<std::string, position> leased_;  // keys leased by this consume
+  std::vector<delivery> out_;
+};
+
+// Moves the message at pos to dlq.<topic> and marks the delivery dead. The
+// key, if any, is left failed.
+result<void> dead_letter(core& c, topic& t, group_state& g, position pos, open_delivery& d,
+                         millis now, txn& tx) {
+  auto m = t.parts[pos.partition].read(c.store, pos.offset);
+  if (!m.ok() && m.code() != errc::not_found) return std::move(m).err();
+  if (m.ok()) {  // not_found: retention deleted it, nothing to copy
+    auto dlq = ensure_dlq_topic(c, t);
+    if (!dlq.ok()) return std::move(dlq).err();
+    auto* dt = *dlq;
+    st::message_record copy = std::move(*m);
+    copy.dlq = st::dlq_origin{t.rec.name, pos.partition, pos.offset, d.attempts, d.last_error, now};
+    copy.deliver_at_ms = 0;
+    auto off = tx.append_offset(dt->parts[0]);
+    tx.batch().put(column::messages, st::keys::message(dt->rec.id, 0, off), st::encode(copy));
+    tx.then([&c, dt] {
+      ++dt->produced;
+      c.ready_topics.insert(dt->rec.name);
+    });
+  }
+  d.state = st::delivery_state::dead;
+  put_delivery(tx, t, g, pos, d);
+  return {};
+}
+
+}  // namespace
+
+result<std::vector<delivery>> plan_consume(core& c, topic& t, group_state& g,
+                                           const consume_cmd& cmd, millis lease_ms, millis now,
+                                           txn& tx) {
+  return consume_planner(c, t, g, cmd, lease_ms, now, tx).run();
+}
+
+error reject_stale(group_state& g, txn& tx, std::string message) {
+  tx.then([g = &g] { ++g->stats.stale_acks_rejected; });
+  return fenced(std::move(message));
+}
+
+result<located> locate(core& c, const delivery_ref& ref, txn& tx) {
+  ONCEQ_TRY(validate_topic_name(ref.topic));
+  ONCEQ_TRY(validate_label("group", ref.group));
+  ONCEQ_TRY(validate_label("owner", ref.owner));
+  auto* t = c.topics.find(ref.topic);
+  if (t == nullptr)
+    return make_error(errc::not_found, fmt::format("topic '{}' not found", ref.topic));
+  if (ref.partition >= t->parts.size())
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("partition {} out of range (topic has {})", ref.partition, t->parts.size()));
+  auto* g = t->find_group(ref.group);
+  if (g == nullptr) return fenced("the message was never delivered to this group");
+  auto& ps = g->parts[ref.partition];
+  if (ref.offset >= ps.cursor)
+    return reject_stale(*g, tx, "the message was never delivered to this group");
+  position pos{ref.partition, ref.offset};
+  return located{t, g, pos, g->find(pos)};
+}
+
+result<void> check_holder(const located& l, const delivery_ref& ref, txn& tx) {
+  const auto& d = *l.d;
+  if (d.owner != ref.owner || d.attempts == 0)
+    return reject_stale(*l.g, tx, fmt::format("delivery is not held by owner '{}'", ref.owner));
+  if (ref.attempts && *ref.attempts != d.attempts)
+    return reject_stale(*l.g, tx,
+                        fmt::format("stale delivery: attempts {} but the current delivery is {}",
+                                    *ref.attempts, d.attempts));
+  // A lapsed delivery can still be finished by its owner if nobody else got
+  // the message since; but not if another delivery holds its key now.
+  if (d.parked || (!d.scope.empty() && l.g->keys.held_by_other(d.scope, l.pos)))
+    return reject_stale(*l.g, tx, "the message's idempotency key is leased by another delivery");
+  return {};
+}
+
+result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_delivery d,
+                          std::optional<millis> delay, bool nacked, millis now, txn& tx) {
+  const bool was_leased = d.state == st::delivery_state::leased;
+  d.state = st::delivery_state::pending;
+  const auto max = max_attempts_of(t, d);
+  const bool exhausted = max > 0 && d.attempts >= max;
+  if (!d.scope.empty() && (nacked || exhausted)) {
+    // A committed key (by another message) must not be overwritten.
+    auto k = key_table::live(c.store, d.scope, now);
+    if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
+    if (!k.ok()) {
+      st::key_record kr;
+      kr.state = st::key_state::failed;
+      kr.owner = d.owner;
+      kr.partition = pos.partition;
+      kr.offset = pos.offset;
+      kr.attempts = d.attempts;
+      auto ttl = key_ttl_of(t, d);
+      kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
+      tx.batch().put(column::keys, d.scope, st::encode(kr));
+    }
+  }
+  auto* tp = &t;
+  auto* g_ = &g;
+  if (exhausted) {
+    ONCEQ_TRY(dead_letter(c, t, g, pos, d, now, tx));
+    tx.then([&c, tp, g_, pos, scope = d.scope, now] {
+      ++g_->stats.dead_lettered;
+      g_->close(pos);
+      if (g_->release_key(tp->rec.id, scope, pos, now, c.timers))
+        c.ready_topics.insert(tp->rec.name);
+    });
+    return {};
+  }
+  d.not_before_ms = now + (delay ? *delay : backoff_of(t, d));
+  put_delivery(tx, t, g, pos, d);
+  tx.then([&c, tp, g_, pos, d = std::move(d), was_leased, now]() mutable {
+    if (was_leased && g_->stats.inflight > 0) --g_->stats.inflight;
+    auto scope = d.scope;
+    auto& slot = g_->parts[pos.partition].open[pos.offset];
+    slot = std::move(d);
+    bool ready = g_->schedule(tp->rec.id, pos, slot, now, c.timers);
+    ready = g_->release_key(tp->rec.id, scope, pos, now, c.timers) || ready;
+    if (ready) c.ready_topics.insert(tp->rec.name);
+  });
+  return {};
+}
+
+void drop_open(core& c, topic& t, group_state& g, position pos, millis now) {
+  auto* d = g.find(pos);
+  if (d == nullptr) return;
+  auto scope = d->scope;
+  g.close(pos);
+  if (g.release_key(t.rec.id, scope, pos, now, c.timers)) c.ready_topics.insert(t.rec.name);
+}
+
+result<topic*> ensure_dlq_topic(core& c, const topic& t) {
+  std::string name = std::string(k_dlq_prefix) + t.rec.name;
+  if (auto* d = c.topics.find(name)) return d;
+  st::topic_record rec;
+  rec.id = c.topics.next_id();
+  rec.name = name;
+  rec.partitions = 1;
+  rec.settings = t.rec.settings;
+  rec.settings.max_attempts = 0;
+  // A DLQ takes every dead letter: the origin's backpressure caps are not its own.
+  rec.settings.max_backlog_messages = 0;
+  rec.settings.max_backlog_bytes = 0;
+  rec.created_at_ms = c.time.now_ms();
+  txn tx;
+  tx.batch().put(column::meta, st::keys::topic(name), st::encode(rec));
+  tx.batch().put(column::meta, st::keys::next_topic_id(), st::encode_u64(rec.id + 1));
+  topic* out = nullptr;
+  tx.then([&c, &out, rec = std::move(rec)]() mutable { out = &c.topics.add(std::move(rec)); });
+  ONCEQ_TRY(tx.commit(c.store));
+  return out;
+}
+
+void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
+                  const open_delivery& d) {
+  tx.batch().put(column::deliveries, st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset),
+                 st::encode(d.record()));
+}
+
+void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
+                std::uint64_t cursor) {
+  tx.batch().put(column::meta, st::keys::cursor(t.rec.id, g.id, p), st::encode_u64(cursor));
+}
+
+std::int64_t max_attempts_of(const topic& t, const open_delivery& d) {
+  return d.max_attempts >= 0 ? d.max_attempts : t.rec.settings.max_attempts;
+}
+
+millis key_ttl_of(const topic& t, const open_delivery& d) {
+  return d.key_ttl_ms >= 0 ? d.key_ttl_ms : t.rec.settings.key_ttl_ms;
+}
+
+}  // namespace onceq

@@ -1,0 +1,66 @@
+#pragma once
+
+// Deliveries: handing messages to consumers under a lease, fencing the
+// acks, nacks and extensions that come back, and what happens when an
+// attempt fails (retry after backoff, or the DLQ). Every function here only
+// reads memory and the store and records its changes in a txn.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "broker/commands.hpp"
+#include "broker/core.hpp"
+#include "broker/txn.hpp"
+
+namespace onceq {
+
+// Leases up to cmd.max_messages of g's messages to cmd.owner: redeliveries
+// first in each partition, then fresh offsets, round robin over partitions.
+// Messages whose key is leased elsewhere are parked; messages whose key is
+// committed are auto-acknowledged; messages gone by retention are dropped.
+// A failed read aborts the whole consume (the txn is not committed).
+result<std::vector<delivery>> plan_consume(core& c, topic& t, group_state& g,
+                                           const consume_cmd& cmd, millis lease_ms, millis now,
+                                           txn& tx);
+
+// The delivery an ack, nack or extend names, after the checks every one of
+// them shares. A rejection is counted in the group's stale_acks_rejected
+// when tx commits.
+struct located {
+  topic* t = nullptr;
+  group_state* g = nullptr;
+  position pos;
+  const open_delivery* d = nullptr;  // nullptr: not open (acked, dead, gone)
+};
+result<located> locate(core& c, const delivery_ref& ref, txn& tx);
+// The open delivery must be ref.owner's latest (attempts fence), not parked,
+// and its key not leased by another delivery.
+result<void> check_holder(const located& l, const delivery_ref& ref, txn& tx);
+// errc::failed_precondition, counted as a rejected stale ack when tx commits.
+error reject_stale(group_state& g, txn& tx, std::string message);
+
+// A failed attempt (nack or lease expiry) of the delivery at pos, whose
+// current state is d: retry after delay (default: backoff) or, when its
+// attempts are used up, move the message to dlq.<topic>. The key becomes
+// failed after a nack or the last attempt; a lease that merely ran out
+// returns it to available.
+result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_delivery d,
+                          std::optional<millis> delay, bool nacked, millis now, txn& tx);
+
+// Ends the open delivery at pos whose message is gone (retention, redrive):
+// no longer in flight, its key free again. Memory only: call from an effect.
+void drop_open(core& c, topic& t, group_state& g, position pos, millis now);
+
+// The DLQ topic of t, created (in its own committed write) if needed.
+result<topic*> ensure_dlq_topic(core& c, const topic& t);
+
+void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
+                  const open_delivery& d);
+void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
+                std::uint64_t cursor);
+
+std::int64_t max_attempts_of(const topic& t, const open_delivery& d);
+millis key_ttl_of(const topic& t, const open_delivery& d);
+
+}  // namespace onceq

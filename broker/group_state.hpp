@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "broker/commands.hpp"
+#include "broker/key_table.hpp"
+#include "broker/timers.hpp"
+#include "storage/schema.hpp"
+
+namespace onceq {
+
+// An open delivery of one message to one group: below the group's cursor
+// and not acked. Caches what ack, nack and expiry need from the message so
+// that they do not read it again.
+struct open_delivery {
+  storage::delivery_state state = storage::delivery_state::pending;
+  std::string owner;
+  std::int64_t attempts = 0;
+  millis lease_deadline_ms = 0;
+  millis not_before_ms = 0;
+  std::string last_error;
+  bool parked = false;  // waiting for its key to be released
+  bool known = false;   // the fields below were filled from the message
+  std::string scope;    // storage key of its idempotency key; "" if none
+  std::int64_t key_ttl_ms = -1;
+  std::int64_t max_attempts = -1;
+  std::int64_t backoff_ms = -1;
+  std::int64_t max_backoff_ms = -1;
+  millis produced_at_ms = 0;
+
+  storage::delivery_record record() const {
+    return storage::delivery_record{state,         owner,     attempts, lease_deadline_ms,
+                                    not_before_ms, last_error};
+  }
+  void fill_from(const storage::message_record& m, std::string key_scope);
+};
+
+// One group's view of one partition.
+struct group_partition {
+  std::uint64_t cursor = 0;                     // next offset this group has never seen
+  std::map<std::uint64_t, open_delivery> open;  // offsets < cursor not acked
+  std::set<std::uint64_t> ready;                // open, pending, due and not parked
+
+  // The lowest offset this group still needs (retention keeps it).
+  std::uint64_t low_water() const {
+    return open.empty() ? cursor : std::min(cursor, open.begin()->first);
+  }
+};
+
+// A consumer group of one topic: its cursors, open deliveries, ready sets,
+// keys and counters. Only memory: every change here mirrors a record a txn
+// wrote (deliveries, cursors) or is rebuilt from them on recovery.
+struct group_state {
+  storage::group_id id = 0;
+  std::string name;
+  std::vector<group_partition> parts;
+  key_table keys;
+  group_stats stats;
+  std::uint32_t next_partition = 0;  // consume's round robin
+
+  open_delivery* find(position p);
+  // Ends the open delivery at p (acked, auto-acked, dead-lettered, gone).
+  void close(position p);
+  // Makes the pending delivery at p deliverable at its not_before_ms: into
+  // the ready set if due now, else a due timer. Returns whether it is ready.
+  bool schedule(storage::topic_id topic, position p, open_delivery& d, millis now,
+                timer_queue& timers);
+  // Frees the key p held and schedules the deliveries parked on it.
+  // Returns whether any became ready.
+  bool release_key(storage::topic_id topic, const std::string& scope, position p, millis now,
+                   timer_queue& timers);
+
+  // Waiting messages (not leased), and the oldest unacked one's produce time.
+  group_stats snapshot(const std::vector<std::uint64_t>& partition_next) const;
+  std::string describe() const;
+};
+
+}  // namespace onceq

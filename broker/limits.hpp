@@ -1,0 +1,16 @@
+#pragma once
+
+// The API's fixed limits, in one place: the broker enforces them and http/
+// reads them from here (docs/API.md, "Limits").
+
+#include <cstddef>
+#include <cstdint>
+
+namespace onceq {
+
+inline constexpr std::size_t k_max_batch = 1000;         // messages / acks per request
+inline constexpr std::int64_t k_max_wait_ms = 60'000;    // wait_ms of consume and keys
+inline constexpr std::size_t k_max_name_bytes = 200;     // topic, group, owner
+inline constexpr std::uint32_t k_max_partitions = 1024;  // per topic
+
+}  // namespace onceq

@@ -1,0 +1,163 @@
+#include "broker/recovery.hpp"
+
+#include <limits>
+#include <optional>
+
+namespace onceq {
+
+namespace st = storage;
+using st::column;
+
+namespace {
+
+// Scans [begin, end) and stops at the first record fn rejects.
+template <class Fn>
+result<void> scan_records(st::store& store, column c, std::string_view begin, std::string_view end,
+                          Fn&& fn) {
+  std::optional<error> bad;
+  ONCEQ_TRY(store.scan(c, begin, end, [&](std::string_view k, std::string_view v) {
+    result<void> r = fn(k, v);
+    if (r.ok()) return true;
+    bad = std::move(r).err();
+    return false;
+  }));
+  if (bad) return *bad;
+  return {};
+}
+
+template <class Fn>
+result<void> scan_prefix(st::store& store, column c, const std::string& prefix, Fn&& fn) {
+  return scan_records(store, c, prefix, st::keys::prefix_end(prefix), std::forward<Fn>(fn));
+}
+
+result<void> recover_partitions(core& c, topic& t) {
+  const auto id = t.rec.id;
+  ONCEQ_TRY(scan_prefix(c.store, column::meta, st::keys::partition_start_prefix(id),
+                        [&](std::string_view k, std::string_view v) -> result<void> {
+                          auto p = st::keys::parse_partition_start(k);
+                          if (!p.ok()) return std::move(p).err();
+                          auto off = st::decode_u64(v);
+                          if (!off.ok()) return std::move(off).err();
+                          if (*p < t.parts.size()) t.parts[*p].start = *off;
+                          return {};
+                        }));
+  for (auto& part : t.parts) {
+    part.next = part.start;
+    part.tail_base = part.start;
+    auto last = c.store.last_key(
+        column::messages, st::keys::message(id, part.index, 0),
+        st::keys::message(id, part.index, std::numeric_limits<std::uint64_t>::max()));
+    if (last.ok()) {
+      auto off = st::keys::parse_message_offset(*last);
+      if (!off.ok()) return std::move(off).err();
+      part.next = std::max(part.next, *off + 1);
+    } else if (last.code() != errc::not_found) {
+      return std::move(last).err();
+    }
+    if (t.rec.settings.max_backlog_bytes > 0) {
+      auto n = part.count_bytes(c.store, part.start, part.next);
+      if (!n.ok()) return std::move(n).err();
+      part.bytes = *n;
+    }
+  }
+  return {};
+}
+
+result<void> recover_groups(core& c, topic& t) {
+  const auto id = t.rec.id;
+  ONCEQ_TRY(scan_prefix(c.store, column::meta, st::keys::group_prefix(id),
+                        [&](std::string_view, std::string_view v) -> result<void> {
+                          auto g = st::decode_group(v);
+                          if (!g.ok()) return std::move(g).err();
+                          t.add_group(t.make_group(g->id, g->name));
+                          return {};
+                        }));
+  return scan_prefix(c.store, column::meta, st::keys::cursor_prefix(id),
+                     [&](std::string_view k, std::string_view v) -> result<void> {
+                       auto ck = st::keys::parse_cursor(k);
+                       if (!ck.ok()) return std::move(ck).err();
+                       auto off = st::decode_u64(v);
+                       if (!off.ok()) return std::move(off).err();
+                       auto* g = t.find_group(ck->group);
+                       if (g != nullptr && ck->partition < t.parts.size())
+                         g->parts[ck->partition].cursor = *off;
+                       return {};
+                     });
+}
+
+// Open deliveries: leases, pending redeliveries, attempts, held keys.
+result<void> recover_deliveries(core& c, topic& t, millis now) {
+  struct loaded {
+    st::keys::delivery_key key;
+    st::delivery_record rec;
+  };
+  std::vector<loaded> open;
+  ONCEQ_TRY(scan_records(
+      c.store, column::deliveries, st::keys::topic_begin(t.rec.id), st::keys::topic_end(t.rec.id),
+      [&](std::string_view k, std::string_view v) -> result<void> {
+        auto dk = st::keys::parse_delivery(k);
+        if (!dk.ok()) return std::move(dk).err();
+        auto dr = st::decode_delivery(v);
+        if (!dr.ok()) return std::move(dr).err();
+        if (dr->state == st::delivery_state::pending || dr->state == st::delivery_state::leased)
+          open.push_back(loaded{*dk, std::move(*dr)});
+        return {};
+      }));
+  for (auto& l : open) {
+    auto* g = t.find_group(l.key.group);
+    if (g == nullptr || l.key.partition >= t.parts.size()) continue;
+    position pos{l.key.partition, l.key.offset};
+    auto m = t.parts[pos.partition].read(c.store, pos.offset);
+    if (!m.ok() && m.code() != errc::not_found) return std::move(m).err();
+    if (!m.ok()) continue;  // deleted by retention; the record goes with the next run
+    auto& d = g->parts[pos.partition].open[pos.offset];
+    d.state = l.rec.state;
+    d.owner = std::move(l.rec.owner);
+    d.attempts = l.rec.attempts;
+    d.lease_deadline_ms = l.rec.lease_deadline_ms;
+    d.not_before_ms = l.rec.not_before_ms;
+    d.last_error = std::move(l.rec.last_error);
+    d.fill_from(*m, m->idempotency_key.empty()
+                        ? std::string()
+                        : st::keys::idem_key(t.rec.id, g->id, m->tenant_id, m->idempotency_key));
+    if (d.state == st::delivery_state::leased) {
+      ++g->stats.inflight;
+      if (!d.scope.empty()) g->keys.lease(d.scope, pos);
+      c.timers.push(timer{d.lease_deadline_ms, timer_kind::lease, t.rec.id, g->id, pos});
+    } else {
+      g->schedule(t.rec.id, pos, d, now, c.timers);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+result<void> recover(core& c) {
+  auto now = c.time.now_ms();
+  if (auto n = c.store.get(column::meta, st::keys::next_topic_id()); n.ok()) {
+    auto v = st::decode_u64(*n);
+    if (!v.ok()) return std::move(v).err();
+    c.topics.set_next_id(static_cast<st::topic_id>(*v));
+  } else if (n.code() != errc::not_found) {
+    return std::move(n).err();
+  }
+  std::vector<st::topic_record> recs;
+  ONCEQ_TRY(scan_prefix(c.store, column::meta, st::keys::topic_prefix(),
+                        [&](std::string_view, std::string_view v) -> result<void> {
+                          auto r = st::decode_topic(v);
+                          if (!r.ok()) return std::move(r).err();
+                          recs.push_back(std::move(*r));
+                          return {};
+                        }));
+  for (auto& rec : recs) {
+    auto& t = c.topics.add(std::move(rec));
+    ONCEQ_TRY(recover_partitions(c, t));
+    ONCEQ_TRY(recover_groups(c, t));
+    ONCEQ_TRY(recover_deliveries(c, t, now));
+  }
+  c.ready_topics.clear();
+  return {};
+}
+
+}  // namespace onceq

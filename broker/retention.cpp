@@ -1,0 +1,82 @@
+#include "broker/retention.hpp"
+
+#include <algorithm>
+
+#include "broker/delivery.hpp"
+
+namespace onceq {
+
+namespace st = storage;
+using st::column;
+
+void truncate(core& c, topic& t, std::uint32_t p, std::uint64_t upto, millis now, txn& tx) {
+  auto& part = t.parts[p];
+  if (upto <= part.start) return;
+  const auto start = part.start;
+  // Only topics with a byte cap count their bytes; a failed count leaves the
+  // figure as it was (the cap errs on the strict side).
+  std::uint64_t freed = 0;
+  if (t.rec.settings.max_backlog_bytes > 0) {
+    auto n = part.count_bytes(c.store, start, upto);
+    if (n.ok()) freed = *n;
+  }
+  tx.batch().del_range(column::messages, st::keys::message(t.rec.id, p, start),
+                       st::keys::message(t.rec.id, p, upto));
+  for (auto& [name, g] : t.groups) {
+    tx.batch().del_range(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, start),
+                         st::keys::delivery(t.rec.id, g->id, p, upto));
+    if (g->parts[p].cursor < upto) put_cursor(tx, t, *g, p, upto);
+  }
+  tx.batch().put(column::meta, st::keys::partition_start(t.rec.id, p), st::encode_u64(upto));
+  tx.then([&c, tp = &t, p, upto, now, freed] {
+    for (auto& [name, g] : tp->groups) {
+      auto& ps = g->parts[p];
+      while (!ps.open.empty() && ps.open.begin()->first < upto)
+        drop_open(c, *tp, *g, position{p, ps.open.begin()->first}, now);
+      ps.cursor = std::max(ps.cursor, upto);
+    }
+    auto& lp = tp->parts[p];
+    lp.start = upto;
+    lp.bytes -= std::min(lp.bytes, freed);
+  });
+}
+
+void run_retention(core& c, millis now) {
+  if (!c.store.health().writable) return;
+  txn tx;
+  c.topics.for_each([&](topic& t) {
+    for (std::uint32_t p = 0; p < t.parts.size(); ++p) {
+      auto& part = t.parts[p];
+      std::uint64_t upto = part.start;
+      // Acked by every group: below every group's lowest open offset.
+      if (!t.groups.empty()) {
+        std::uint64_t low = part.next;
+        for (auto& [gn, g] : t.groups) low = std::min(low, g->parts[p].low_water());
+        upto = std::max(upto, low);
+      }
+      // Older than retention_ms, acked or not.
+      if (t.rec.settings.retention_ms > 0) {
+        std::uint64_t aged = upto;
+        std::size_t seen = 0;
+        auto scanned = c.store.scan(column::messages, st::keys::message(t.rec.id, p, upto),
+                                    st::keys::message(t.rec.id, p, part.next),
+                                    [&](std::string_view k, std::string_view v) {
+                                      auto m = st::decode_message(v);
+                                      auto off = st::keys::parse_message_offset(k);
+                                      if (!m.ok() || !off.ok()) return false;
+                                      if (m->produced_at_ms + t.rec.settings.retention_ms > now)
+                                        return false;
+                                      aged = *off + 1;
+                                      return ++seen < k_retention_batch;
+                                    });
+        if (scanned.ok()) upto = std::max(upto, aged);
+      }
+      upto = std::min(upto, part.start + k_retention_batch);
+      truncate(c, t, p, upto, now, tx);
+    }
+  });
+  // A failed write changes nothing; the next run tries again.
+  [[maybe_unused]] auto ignored = tx.commit(c.store);
+}
+
+}  // namespace onceq

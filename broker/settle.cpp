@@ -1,0 +1,201 @@
+// broker::ack_batch, nack and extend: the commands that finish or prolong a
+// delivery, after fencing (broker/delivery.hpp).
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "broker/broker.hpp"
+#include "broker/core.hpp"
+#include "broker/delivery.hpp"
+#include "broker/validation.hpp"
+
+namespace onceq {
+
+namespace st = storage;
+using st::column;
+
+namespace {
+
+// Commits tx (its batch is empty: only counters) and returns e.
+template <class T = void>
+result<T> rejected(core& c, txn& tx, error e) {
+  [[maybe_unused]] auto ignored = tx.commit(c.store);  // no write: cannot fail
+  return e;
+}
+
+}  // namespace
+
+result<void> broker::ack(const ack_cmd& cmd) {
+  ack_batch_cmd batch{
+      cmd.ref.topic,
+      cmd.ref.group,
+      cmd.ref.owner,
+      {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts, cmd.result_json}}};
+  auto r = ack_batch(batch);
+  if (!r.ok()) return std::move(r).err();
+  auto& o = r->front();
+  if (o.code != errc::ok) return make_error(o.code, o.message);
+  return {};
+}
+
+result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
+  auto& c = *c_;
+  if (cmd.acks.empty() || cmd.acks.size() > c.opts.max_batch)
+    return make_error(errc::invalid_argument,
+                      fmt::format("an ack carries 1..{} acks", c.opts.max_batch));
+  ONCEQ_TRY(validate_topic_name(cmd.topic));
+  if (c.topics.find(cmd.topic) == nullptr)
+    return make_error(errc::not_found, fmt::format("topic '{}' not found", cmd.topic));
+  ONCEQ_TRY(writable());
+  const auto now = c.time.now_ms();
+  std::vector<ack_outcome> out;
+  out.reserve(cmd.acks.size());
+  txn tx;
+  // What this batch has done so far, which memory does not show until commit.
+  std::set<position> acked;
+  std::set<std::string> committed;
+  for (const auto& a : cmd.acks) {
+    ack_outcome o{a.partition, a.offset, errc::ok, {}};
+    delivery_ref ref{cmd.topic, cmd.group, cmd.owner, a.partition, a.offset, a.attempts};
+    auto one = [&]() -> result<void> {
+      auto loc = locate(c, ref, tx);
+      if (!loc.ok()) return std::move(loc).err();
+      auto* t = loc->t;
+      auto* g = loc->g;
+      const auto pos = loc->pos;
+      if (loc->d == nullptr || acked.count(pos)) {
+        // Acked already, auto-acked, dead-lettered or deleted: only the same
+        // owner's repeated ack of the same delivery succeeds.
+        auto v = c.store.get(column::deliveries,
+                             st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset));
+        if (!v.ok() && v.code() != errc::not_found) return std::move(v).err();
+        if (v.ok()) {
+          auto d = st::decode_delivery(*v);
+          if (d.ok() && d->state == st::delivery_state::acked && d->owner == cmd.owner &&
+              (!a.attempts || *a.attempts == d->attempts))
+            return {};
+        }
+        return reject_stale(*g, tx,
+                            "the delivery is no longer open (acked by another delivery, "
+                            "auto-acked or dead-lettered)");
+      }
+      const auto& d = *loc->d;
+      ONCEQ_TRY(check_holder(*loc, ref, tx));
+      if (!d.scope.empty()) {
+        // While this delivery holds the key's lease nobody else can commit
+        // it (and it was not committed when delivered): only a lapsed
+        // delivery needs to look.
+        const auto* h = g->keys.holder(d.scope);
+        bool holding = d.state == st::delivery_state::leased && h != nullptr && *h == pos;
+        if (committed.count(d.scope))
+          return reject_stale(*g, tx,
+                              "the message's idempotency key was committed by another delivery");
+        if (!holding) {
+          auto k = key_table::live(c.store, d.scope, now);
+          if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
+          if (k.ok() && k->state == st::key_state::committed)
+            return reject_stale(*g, tx,
+                                "the message's idempotency key was committed by another delivery");
+        }
+        st::key_record kr;
+        kr.state = st::key_state::committed;
+        kr.owner = cmd.owner;
+        kr.partition = pos.partition;
+        kr.offset = pos.offset;
+        kr.attempts = d.attempts;
+        kr.committed_at_ms = now;
+        auto ttl = key_ttl_of(*t, d);
+        kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
+        kr.result_json = a.result_json;
+        tx.batch().put(column::keys, d.scope, st::encode(kr));
+        committed.insert(d.scope);
+      }
+      // Kept (until retention) so that the same owner's repeated ack is a no-op.
+      auto rec = d.record();
+      rec.state = st::delivery_state::acked;
+      tx.batch().put(column::deliveries,
+                     st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
+                     st::encode(rec));
+      acked.insert(pos);
+      tx.then([&c, t, g, pos, scope = d.scope, now] {
+        ++g->stats.acked;
+        g->close(pos);
+        if (!scope.empty()) c.committed_keys.push_back(scope);
+        if (g->release_key(t->rec.id, scope, pos, now, c.timers))
+          c.ready_topics.insert(t->rec.name);
+      });
+      return {};
+    };
+    auto r = one();
+    if (!r.ok()) {
+      // A failed read fails the whole batch: nothing of it is applied.
+      if (r.code() != errc::failed_precondition && r.code() != errc::invalid_argument &&
+          r.code() != errc::not_found)
+        return std::move(r).err();
+      o.code = r.code();
+      o.message = r.err().message;
+    }
+    out.push_back(std::move(o));
+  }
+  ONCEQ_TRY(tx.commit(c.store));
+  return out;
+}
+
+result<void> broker::nack(const nack_cmd& cmd) {
+  auto& c = *c_;
+  if (cmd.delay_ms) ONCEQ_TRY(validate_range("delay_ms", *cmd.delay_ms, 0, c.opts.max_delay_ms));
+  ONCEQ_TRY(writable());
+  txn tx;
+  auto loc = locate(c, cmd.ref, tx);
+  if (!loc.ok()) return rejected(c, tx, std::move(loc).err());
+  if (loc->d == nullptr)
+    return rejected(c, tx, reject_stale(*loc->g, tx, "the delivery is no longer open"));
+  if (auto r = check_holder(*loc, cmd.ref, tx); !r.ok()) return rejected(c, tx, std::move(r).err());
+  const auto now = c.time.now_ms();
+  open_delivery d = *loc->d;
+  d.last_error = cmd.reason.empty() ? "nack" : cmd.reason;
+  ONCEQ_TRY(fail_attempt(c, *loc->t, *loc->g, loc->pos, std::move(d), cmd.delay_ms, true, now, tx));
+  tx.then([g = loc->g] { ++g->stats.nacked; });
+  return tx.commit(c.store);
+}
+
+result<millis> broker::extend(const extend_cmd& cmd) {
+  auto& c = *c_;
+  ONCEQ_TRY(validate_range("lease_ms", cmd.lease_ms, 1, c.opts.max_lease_ms));
+  ONCEQ_TRY(writable());
+  txn tx;
+  auto loc = locate(c, cmd.ref, tx);
+  if (!loc.ok()) return rejected<millis>(c, tx, std::move(loc).err());
+  if (loc->d == nullptr)
+    return rejected<millis>(c, tx, reject_stale(*loc->g, tx, "the delivery is no longer open"));
+  if (auto r = check_holder(*loc, cmd.ref, tx); !r.ok())
+    return rejected<millis>(c, tx, std::move(r).err());
+  const auto now = c.time.now_ms();
+  auto* t = loc->t;
+  auto* g = loc->g;
+  const auto pos = loc->pos;
+  open_delivery d = *loc->d;
+  // Lapsed, and nobody received it since: the owner takes it back.
+  const bool retake = d.state != st::delivery_state::leased;
+  d.state = st::delivery_state::leased;
+  d.lease_deadline_ms = now + cmd.lease_ms;
+  d.not_before_ms = 0;
+  put_delivery(tx, *t, *g, pos, d);
+  const auto deadline = d.lease_deadline_ms;
+  tx.then([&c, t, g, pos, d = std::move(d), retake]() mutable {
+    auto& ps = g->parts[pos.partition];
+    if (retake) {
+      ps.ready.erase(pos.offset);
+      ++g->stats.inflight;
+      if (!d.scope.empty()) g->keys.lease(d.scope, pos);
+    }
+    ps.open[pos.offset] = std::move(d);
+    c.timers.push(
+        timer{ps.open[pos.offset].lease_deadline_ms, timer_kind::lease, t->rec.id, g->id, pos});
+  });
+  ONCEQ_TRY(tx.commit(c.store));
+  return deadline;
+}
+
+}  // namespace onceq

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "storage/base/result.hpp"
+#include "storage/batch.hpp"
+#include "storage/store.hpp"
+
+namespace onceq {
+
+struct partition_log;
+
+// One command's changes, in two halves that must agree: the storage batch
+// and the in-memory changes that mirror it. A command only reads memory and
+// the store while it builds the txn; commit() writes the batch with one
+// store::write and applies the memory side only once the write succeeded
+// (RocksDB's own order: WAL and memtable before readers see anything). A txn
+// that is dropped, or whose write fails, leaves memory exactly as it was.
+//
+// Not thread-safe: built and committed on the core thread.
+class txn {
+ public:
+  txn() = default;
+  txn(const txn&) = delete;
+  txn& operator=(const txn&) = delete;
+
+  storage::batch& batch() noexcept { return batch_; }
+
+  // An in-memory change to make after the batch is written. Changes run in
+  // the order they were added; they must not fail or touch the store.
+  template <class F>
+  void then(F&& f) {
+    effects_.emplace_back(std::forward<F>(f));
+  }
+
+  // The next free offset of p as this txn sees it (its own appends count):
+  // commit() moves p.next past every offset handed out here.
+  std::uint64_t append_offset(partition_log& p);
+  // The next free offset of p without taking it.
+  std::uint64_t peek_offset(const partition_log& p) const;
+
+  // Writes the batch (nothing when it is empty), then applies the memory
+  // side. errc::unavailable with a retry hint when the store refused.
+  result<void> commit(storage::store& store);
+
+ private:
+  storage::batch batch_;
+  std::vector<std::function<void()>> effects_;
+  std::unordered_map<partition_log*, std::uint64_t> next_;
+};
+
+// How long a client should wait before retrying a write the store refused.
+inline constexpr long long k_storage_retry_after_ms = 1000;
+
+// errc::unavailable for a command refused because the store does not take
+// writes now (store::health), with a retry hint.
+error storage_unavailable(std::string reason);
+
+}  // namespace onceq
