@@ -27,6 +27,16 @@ constexpr std::array<error_entry, 12> k_table = {{
     {errc::internal, status::internal_server_error},
 }};
 
+// 503 without a hint from the error: the store's resume loop runs about
+// every 500 ms, so a second is soon enough and not a hammering.
+constexpr millis k_default_unavailable_retry_ms = 1'000;
+
+// Retry-After counts whole seconds; round up so that a client honouring it
+// never comes back earlier than asked.
+std::string retry_after_seconds(millis ms) {
+  return std::to_string((ms + 999) / 1000);
+}
+
 }  // namespace
 
 std::span<const error_entry> error_table() noexcept {
@@ -51,9 +61,14 @@ response make_error_response(const error& e, unsigned version, const error_extra
   response res{status_of(e.code), version};
   res.set(bhttp::field::content_type, k_json_type);
   if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) {
-    // Retry-After counts whole seconds; round up so that a client honouring
-    // it never comes back earlier than retry_after_ms.
-    res.set(bhttp::field::retry_after, std::to_string((x.retry_after_ms + 999) / 1000));
+    res.set(bhttp::field::retry_after, retry_after_seconds(x.retry_after_ms));
+  }
+  if (e.code == errc::unavailable) {
+    // Every 503 is worth retrying (shutting down behind a load balancer, or
+    // the store waiting for the disk): say when.
+    res.set(bhttp::field::retry_after,
+            retry_after_seconds(e.retry_after_ms > 0 ? e.retry_after_ms
+                                                     : k_default_unavailable_retry_ms));
   }
   if (e.code == errc::method_not_allowed && !x.allow.empty()) {
     res.set(bhttp::field::allow, x.allow);

@@ -3,7 +3,8 @@
 // The one table mapping onceq::errc to an HTTP status and wire code
 // (spec/API.md "Errors"), and the error response every part of http/ sends:
 // body {"error":"<CODE>","message":"<text>"}, Content-Type application/json;
-// 429 adds Retry-After (seconds) and "retry_after_ms"; 405 adds Allow.
+// 429 adds Retry-After (seconds) and "retry_after_ms"; 503 adds Retry-After
+// (error::retry_after_ms rounded up to seconds, else 1); 405 adds Allow.
 
 #include <span>
 #include <string_view>

@@ -179,6 +179,13 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
   }
 }
 
+void render_storage_metrics(std::string& out, const storage::store_health& h) {
+  append_family(out, "onceq_storage_writable", "gauge",
+                "1 when the store accepts writes, 0 while a storage fault (disk full, I/O "
+                "error, read-only filesystem) keeps it from writing.");
+  fmt::format_to(std::back_inserter(out), "onceq_storage_writable {}\n", h.writable ? 1 : 0);
+}
+
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {
   using storage::sync_stats;
   append_family(out, "onceq_wal_sync_duration_seconds", "histogram",

@@ -15,6 +15,7 @@
 
 #include "broker/commands.hpp"
 #include "storage/base/clock.hpp"
+#include "storage/store.hpp"
 #include "storage/sync_stats.hpp"
 
 namespace onceq::http {
@@ -51,6 +52,10 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
 // Appends onceq_wal_sync_duration_seconds (histogram) and
 // onceq_wal_sync_waiters_total (counter) from a store's snapshot.
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s);
+
+// Appends onceq_storage_writable (gauge: 1 when the store accepts writes,
+// 0 while a disk/IO fault keeps it from writing).
+void render_storage_metrics(std::string& out, const storage::store_health& h);
 
 // Escapes a Prometheus label value (\\, \" and \n).
 std::string escape_label(std::string_view v);

@@ -274,7 +274,15 @@ reply ndjson_reply(std::string body) {
 // ---- handlers ---------------------------------------------------------------
 
 asio::awaitable<reply> router::healthz(call&) {
-  co_return json_reply(status::ok, {{"status", "ok"}});
+  // Not through the core (stays up under backpressure); the store's health
+  // never touches the disk.
+  const storage::store_health h = runner_.storage_health();
+  if (h.writable) co_return json_reply(status::ok, {{"status", "ok"}});
+  reply r =
+      json_reply(status::service_unavailable,
+                 {{"status", "unavailable"}, {"reason", "storage is not writable: " + h.reason}});
+  r.res.set(bhttp::field::retry_after, "1");
+  co_return r;
 }
 
 asio::awaitable<reply> router::version(call&) {
@@ -447,6 +455,7 @@ asio::awaitable<reply> router::prometheus(call& c) {
       "# HELP onceq_runner_queue_depth Commands waiting for the core thread.\n"
       "# TYPE onceq_runner_queue_depth gauge\n";
   body += fmt::format("onceq_runner_queue_depth {}\n", runner_.queue_depth());
+  render_storage_metrics(body, runner_.storage_health());
   // Omitted for a store without a WAL (the in-memory store of the tests).
   if (const auto wal = runner_.wal_sync_stats()) render_wal_sync_metrics(body, *wal);
   metrics_->render(body);

@@ -7,23 +7,34 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_manager.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "storage/rocksdb/wal_prezero.hpp"
 #include "storage/schema.hpp"
@@ -32,6 +43,18 @@ namespace onceq::storage {
 namespace {
 
 constexpr millis k_max_interval_ms = 60'000;
+
+// The retry hint on errors while the store is not writable: the runner asks
+// resume() about every 500 ms, and RocksDB's SstFileManager re-checks free
+// space every 5 s, so a client retrying after a second sees the store back
+// soon after the fault cleared without hammering it before.
+constexpr millis k_fault_retry_after_ms = 1'000;
+
+// Written, synced and removed by resume() before reopening the database, so
+// that a fault that has not cleared (read-only, still full, EIO) does not
+// cost the open database that still serves reads.
+constexpr const char* k_probe_name = ".onceq-write-probe";
+constexpr std::size_t k_probe_bytes = 4096;
 
 // Column family names, indexed by storage::column. RocksDB also requires
 // "default"; it stays empty (an empty memtable pins no WAL file).
@@ -47,6 +70,134 @@ std::string_view to_view(const rocksdb::Slice& s) {
 
 error io_error(std::string_view what, const rocksdb::Status& s) {
   return make_error(errc::unavailable, std::string(what) + ": " + s.ToString());
+}
+
+const char* reason_name(rocksdb::BackgroundErrorReason r) {
+  using R = rocksdb::BackgroundErrorReason;
+  switch (r) {
+    case R::kFlush:
+    case R::kFlushNoWAL:
+      return "flush";
+    case R::kCompaction:
+      return "compaction";
+    case R::kWriteCallback:
+      return "write";
+    case R::kMemTable:
+      return "memtable insert";
+    case R::kManifestWrite:
+    case R::kManifestWriteNoWAL:
+      return "manifest write";
+  }
+  return "background work";
+}
+
+// RocksDB's view of its own errors, forwarded to the store: a hard (or
+// worse) background error stops every write until recovery, so the store
+// stops taking writes at once instead of when the next one fails. Soft
+// errors (a compaction out of space) leave writes working and are only
+// logged; RocksDB retries them itself. Called on RocksDB's threads, with
+// its DB mutex released; the callbacks only take the store's fault lock.
+class fault_listener final : public rocksdb::EventListener {
+ public:
+  using report = std::function<void(std::string)>;
+  fault_listener(report on_fault, report on_note)
+      : on_fault_(std::move(on_fault)), on_note_(std::move(on_note)) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* e) override {
+    if (e == nullptr || e->ok()) return;
+    const std::string what = fmt::format("{} failed: {}", reason_name(reason), e->ToString());
+    if (e->severity() >= rocksdb::Status::Severity::kHardError) {
+      on_fault_(what);
+    } else {
+      on_note_(what + " (writes go on; RocksDB retries)");
+    }
+  }
+
+  void OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo& info) override {
+    if (info.old_bg_error.ok()) return;  // nothing was wrong (RocksDB reports those too)
+    if (info.new_bg_error.ok()) {
+      on_note_("RocksDB recovered by itself from: " + info.old_bg_error.ToString());
+    } else {
+      on_note_("RocksDB's own recovery failed: " + info.new_bg_error.ToString());
+    }
+  }
+
+ private:
+  report on_fault_;
+  report on_note_;
+};
+
+// RocksDB's info log (data_dir/LOG) through stdio. RocksDB's own file
+// logger shares the WAL's file writer, which refuses every call after one
+// failed append and, in a build with assertions (Debian's librocksdb),
+// aborts the process on the next log line once the disk was full. Here a
+// failed write only loses that line. The previous LOG is kept as LOG.old.
+class stdio_info_log final : public rocksdb::Logger {
+ public:
+  explicit stdio_info_log(const std::string& dir) {
+    const std::string path = dir + "/LOG";
+    std::error_code ec;
+    std::filesystem::rename(path, path + ".old", ec);  // swallowed: there may be none
+    f_ = std::fopen(path.c_str(), "we");
+  }
+  ~stdio_info_log() override {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  stdio_info_log(const stdio_info_log&) = delete;
+  stdio_info_log& operator=(const stdio_info_log&) = delete;
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    if (f_ == nullptr) return;
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+    const auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+        1'000'000;
+    std::tm tm{};
+    ::localtime_r(&secs, &tm);
+    std::lock_guard lk(mu_);
+    std::fprintf(f_, "%04d/%02d/%02d-%02d:%02d:%02d.%06lld ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(micros));
+    std::vfprintf(f_, format, ap);
+    std::fputc('\n', f_);
+    std::fflush(f_);  // swallowed on a full disk: the line is lost, nothing else
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* f_ = nullptr;
+};
+
+// Creates, writes, fsyncs and removes a small file in dir: whether the
+// filesystem takes a durable write right now.
+result<void> probe_write(const std::string& dir) {
+  const std::string path = dir + "/" + k_probe_name;
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return make_error(errc::unavailable,
+                      fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  }
+  const std::array<char, k_probe_bytes> zeros{};
+  std::size_t done = 0;
+  int failed = 0;
+  while (done < zeros.size() && failed == 0) {
+    const ssize_t w = ::write(fd, zeros.data() + done, zeros.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      failed = w < 0 ? errno : ENOSPC;
+    } else {
+      done += static_cast<std::size_t>(w);
+    }
+  }
+  if (failed == 0 && ::fsync(fd) != 0) failed = errno;
+  ::close(fd);
+  (void)::unlink(path.c_str());  // swallowed: a leftover probe is harmless and rewritten next time
+  if (failed != 0) {
+    return make_error(errc::unavailable,
+                      fmt::format("cannot write {}: {}", path, std::strerror(failed)));
+  }
+  return {};
 }
 
 // Drops key_record / dedup_record values whose expires_at_ms has passed, so
@@ -141,15 +292,28 @@ struct rocksdb_store::impl {
   // the destructor also closes the db_ explicitly first.
   std::unique_ptr<expiry_filter> filter_;
   std::shared_ptr<rocksdb::Cache> cache_;
-  std::unique_ptr<rocksdb::Env> env_;  // outlives db_; null: the default Env
+  std::unique_ptr<rocksdb::Env> env_;  // outlives sfm_ and db_; null: the default Env
+  // Watches free space after a no-space error and resumes RocksDB by itself
+  // (every 5 s, once a write buffer's worth is free). Kept across reopens.
+  std::shared_ptr<rocksdb::SstFileManager> sfm_;
+  std::shared_ptr<fault_listener> listener_;
+  std::shared_ptr<stdio_info_log> info_log_;
+  rocksdb::CompressionType compression_ = rocksdb::kNoCompression;
+  // Null only after a reopen whose open failed, until resume() opens it.
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, k_column_count> cfs_{};
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
 
-  // Set by the first failed write or sync; every later write is refused,
-  // because RocksDB (and the kernel, after a failed fsync) may have lost
-  // what it acknowledged.
-  std::atomic<bool> failed_{false};
+  // Whether writes are accepted. Cleared by the first failed write or sync
+  // (or a hard background error), set again only by resume(): until then
+  // RocksDB (and the kernel, after a failed fsync) may have lost what it
+  // acknowledged, so nothing new is promised. Read by any thread; changed
+  // under fault_mu_ together with fault_reason_.
+  std::atomic<bool> writable_{true};
+  mutable std::mutex fault_mu_;
+  std::string fault_reason_;
+  std::chrono::steady_clock::time_point fault_since_;
+
   // Writes applied so far, so that the syncer can skip a sync that would
   // cover nothing new. Incremented after db_->Write returns.
   std::atomic<std::uint64_t> writes_{0};
@@ -164,24 +328,73 @@ struct rocksdb_store::impl {
   bool stop_ = false;
   std::thread syncer_;
 
-  // Touched by the syncer thread only (and by the destructor after join).
+  // Held by the syncer around its use of db_ and by resume(), which may
+  // close and reopen db_. Guards synced_writes_.
+  std::mutex db_mu_;
   std::uint64_t synced_writes_ = 0;
-  std::optional<error> sync_error_;  // sticky: a failed fsync is never retried
 
   rocksdb::ColumnFamilyHandle* cf(column c) const { return cfs_[static_cast<int>(c)]; }
 
-  // Makes every write that returned before this call durable.
+  // ---- fault state ------------------------------------------------------
+
+  void set_fault(std::string reason) {
+    {
+      std::lock_guard lk(fault_mu_);
+      if (!writable_.load(std::memory_order_relaxed)) return;  // the first reason stays
+      fault_reason_ = reason;
+      fault_since_ = std::chrono::steady_clock::now();
+      writable_.store(false, std::memory_order_release);
+    }
+    fmt::print(stderr, "onceq storage: not writable: {}\n", reason);
+  }
+
+  void clear_fault(std::string_view how) {
+    std::chrono::steady_clock::duration down{};
+    {
+      std::lock_guard lk(fault_mu_);
+      down = std::chrono::steady_clock::now() - fault_since_;
+      fault_reason_.clear();
+      writable_.store(true, std::memory_order_release);
+    }
+    fmt::print(stderr, "onceq storage: writable again after {} ms ({})\n",
+               std::chrono::duration_cast<std::chrono::milliseconds>(down).count(), how);
+  }
+
+  // Replaces the reason while still not writable (resume learnt more).
+  void update_reason(std::string reason) {
+    std::lock_guard lk(fault_mu_);
+    if (!writable_.load(std::memory_order_relaxed)) fault_reason_ = std::move(reason);
+  }
+
+  store_health health() const {
+    std::lock_guard lk(fault_mu_);
+    return {writable_.load(std::memory_order_relaxed), fault_reason_};
+  }
+
+  // What every refused write, failed callback and read without a database
+  // answers while not writable.
+  error fault_error() const {
+    error e = make_error(errc::unavailable, "storage is not writable: " + health().reason);
+    e.retry_after_ms = k_fault_retry_after_ms;
+    return e;
+  }
+
+  // ---- syncer -----------------------------------------------------------
+
+  // Makes every write that returned before this call durable, or fails
+  // while the store is not writable (callbacks of writes made just before a
+  // fault fail too: their data may be gone, so nothing is promised).
   result<void> sync_wal() {
-    if (sync_error_) return *sync_error_;
+    std::lock_guard lk(db_mu_);
+    if (!writable_.load(std::memory_order_acquire)) return fault_error();
     const std::uint64_t seen = writes_.load(std::memory_order_acquire);
     if (seen == synced_writes_) return {};
     const auto started = std::chrono::steady_clock::now();
     const rocksdb::Status s = db_->SyncWAL();
     stats_.observe(std::chrono::steady_clock::now() - started);
     if (!s.ok()) {
-      sync_error_ = io_error("wal sync failed", s);
-      failed_.store(true, std::memory_order_release);
-      return *sync_error_;
+      set_fault("wal sync failed: " + s.ToString());
+      return fault_error();
     }
     synced_writes_ = seen;
     return {};
@@ -209,10 +422,104 @@ struct rocksdb_store::impl {
         cv_.wait_for(lk, std::chrono::milliseconds(opts_.fsync.interval_ms), [&] { return stop_; });
         if (stop_) break;
         lk.unlock();
-        (void)sync_wal();  // swallowed: the error is sticky and fails later writes
+        (void)
+            sync_wal();  // swallowed: a failure marks the store not writable, which later calls see
         lk.lock();
       }
     }
+  }
+
+  // ---- opening, closing, resuming ---------------------------------------
+
+  // Opens db_ and the column family handles (db_ must be null).
+  result<void> open_db() {
+    const rocksdb::Options db_opts = make_db_options();
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+    // Unused, but given meta's options so that it shares the block cache.
+    descs.emplace_back(rocksdb::kDefaultColumnFamilyName,
+                       make_cf_options(column::meta, compression_));
+    for (int i = 0; i < k_column_count; ++i) {
+      descs.emplace_back(k_cf_names[i], make_cf_options(static_cast<column>(i), compression_));
+    }
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    const rocksdb::Status s =
+        rocksdb::DB::Open(rocksdb::DBOptions(db_opts), opts_.data_dir, descs, &handles, &raw);
+    if (!s.ok()) return io_error("cannot open " + opts_.data_dir, s);
+    db_.reset(raw);
+    default_cf_ = handles[0];
+    for (int i = 0; i < k_column_count; ++i) cfs_[i] = handles[i + 1];
+    return {};
+  }
+
+  void close_db() {
+    if (!db_) return;
+    for (auto*& h : cfs_) {
+      if (h != nullptr) (void)db_->DestroyColumnFamilyHandle(h);  // swallowed: closing anyway
+      h = nullptr;
+    }
+    if (default_cf_ != nullptr) (void)db_->DestroyColumnFamilyHandle(default_cf_);
+    default_cf_ = nullptr;
+    // Swallowed: after a fault Close reports it again; on a clean close the
+    // WAL was synced before.
+    (void)db_->Close();
+    db_.reset();
+  }
+
+  // resume() with db_mu_ held (so the syncer is out of the database).
+  result<resume_outcome> resume_locked() {
+    if (writable_.load(std::memory_order_acquire)) return resume_outcome::resumed;
+    rocksdb::Status s;
+    if (db_) {
+      s = db_->Resume();
+      if (s.IsBusy()) {
+        // The SstFileManager is waiting for free space and will resume by
+        // itself; a manual Resume is refused meanwhile.
+        return fault_error();
+      }
+      if (s.ok()) {
+        // Resume flushes only when RocksDB had stopped writes; after a
+        // failed WAL sync alone it has nothing to do. Flushing every family
+        // here makes the writes whose sync failed durable in SST files and
+        // switches to a new WAL; the sync then proves the WAL works.
+        s = flush_all();
+        if (s.ok()) s = db_->SyncWAL();
+        if (s.ok()) {
+          synced_writes_ = writes_.load(std::memory_order_acquire);
+          clear_fault("resumed in place");
+          return resume_outcome::resumed;
+        }
+      }
+      if (s.IsNoSpace()) {
+        update_reason("still out of space: " + s.ToString());
+        return fault_error();
+      }
+    }
+    // RocksDB cannot go on in place (a fatal error such as EIO or EROFS, or
+    // a WAL that stays broken): reopen, but only once the filesystem takes a
+    // write again, so that a fault that persists keeps the old database for
+    // reads.
+    if (auto probe = probe_write(opts_.data_dir); !probe.ok()) {
+      update_reason(fmt::format("{}{}{}", s.ok() ? "" : s.ToString(), s.ok() ? "" : "; ",
+                                probe.err().message));
+      return fault_error();
+    }
+    close_db();
+    if (auto r = open_db(); !r.ok()) {
+      update_reason("reopen failed: " + r.err().message);
+      return fault_error();
+    }
+    synced_writes_ = writes_.load(std::memory_order_acquire);
+    clear_fault("reopened");
+    return resume_outcome::reopened;
+  }
+
+  rocksdb::Status flush_all() {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    fo.allow_write_stall = true;
+    std::vector<rocksdb::ColumnFamilyHandle*> all(cfs_.begin(), cfs_.end());
+    return db_->Flush(fo, all);
   }
 
   rocksdb::Options make_db_options() const {
@@ -235,6 +542,9 @@ struct rocksdb_store::impl {
     // flushed first when the total is reached.
     o.db_write_buffer_size = 3 * opts_.write_buffer_bytes;
     if (env_) o.env = env_.get();
+    o.sst_file_manager = sfm_;
+    o.info_log = info_log_;
+    o.listeners.push_back(listener_);
     return o;
   }
 
@@ -297,7 +607,6 @@ struct rocksdb_store::impl {
   }
 
   ~impl() {
-    if (!db_) return;
     {
       std::lock_guard lk(mu_);
       stop_ = true;
@@ -306,19 +615,15 @@ struct rocksdb_store::impl {
     if (syncer_.joinable()) syncer_.join();
     // Callbacks registered after the syncer's last batch; one final sync
     // covers them (and, under interval/none, whatever is still unsynced).
+    // Without a database (a reopen failed) the store is not writable and
+    // they fail.
     std::vector<callback> rest;
     {
       std::lock_guard lk(mu_);
       rest.swap(pending_);
     }
     release(rest, sync_wal());
-
-    for (auto* h : cfs_) {
-      if (h != nullptr) (void)db_->DestroyColumnFamilyHandle(h);  // swallowed: closing anyway
-    }
-    if (default_cf_ != nullptr) (void)db_->DestroyColumnFamilyHandle(default_cf_);
-    (void)db_->Close();  // swallowed: nothing left to tell; the WAL was synced above
-    db_.reset();
+    close_db();
   }
 };
 
@@ -351,31 +656,20 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
           rocksdb::FileSystem::Default(), opts.wal_prezero_bytes));
     }
 
+    p->info_log_ = std::make_shared<stdio_info_log>(opts.data_dir);
+    p->sfm_.reset(rocksdb::NewSstFileManager(p->env_ ? p->env_.get() : rocksdb::Env::Default()));
+    p->listener_ = std::make_shared<fault_listener>(
+        [raw_p = p.get()](std::string why) { raw_p->set_fault(std::move(why)); },
+        [](std::string note) { fmt::print(stderr, "onceq storage: {}\n", note); });
+
     // LZ4 is cheap enough to pay for itself on JSON payloads and records;
     // fall back to none if this librocksdb was built without it.
     const auto supported = rocksdb::GetSupportedCompressions();
-    const rocksdb::CompressionType compression =
+    p->compression_ =
         std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end()
             ? rocksdb::kLZ4Compression
             : rocksdb::kNoCompression;
-
-    const rocksdb::Options db_opts = p->make_db_options();
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-    // Unused, but given meta's options so that it shares the block cache.
-    descs.emplace_back(rocksdb::kDefaultColumnFamilyName,
-                       p->make_cf_options(column::meta, compression));
-    for (int i = 0; i < k_column_count; ++i) {
-      descs.emplace_back(k_cf_names[i], p->make_cf_options(static_cast<column>(i), compression));
-    }
-
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    const rocksdb::Status s =
-        rocksdb::DB::Open(rocksdb::DBOptions(db_opts), opts.data_dir, descs, &handles, &raw);
-    if (!s.ok()) return io_error("cannot open " + opts.data_dir, s);
-    p->db_.reset(raw);
-    p->default_cf_ = handles[0];
-    for (int i = 0; i < k_column_count; ++i) p->cfs_[i] = handles[i + 1];
+    if (auto r = p->open_db(); !r.ok()) return std::move(r).err();
 
     if (opts.fsync.kind != fsync_policy::mode::none) {
       p->syncer_ = std::thread([raw_p = p.get()] {
@@ -390,9 +684,7 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
 }
 
 result<void> rocksdb_store::write(const batch& b) {
-  if (p_->failed_.load(std::memory_order_acquire)) {
-    return make_error(errc::unavailable, "storage is not writable after an earlier failure");
-  }
+  if (!p_->writable_.load(std::memory_order_acquire)) return p_->fault_error();
   if (b.empty()) return {};
   try {
     rocksdb::WriteBatch wb(b.bytes() + b.size() * 16);
@@ -421,8 +713,9 @@ result<void> rocksdb_store::write(const batch& b) {
     wo.disableWAL = false;
     const rocksdb::Status s = p_->db_->Write(wo, &wb);
     if (!s.ok()) {
-      p_->failed_.store(true, std::memory_order_release);
-      return io_error("write failed", s);
+      // RocksDB applied nothing of this batch; writes before it stay.
+      p_->set_fault("write failed: " + s.ToString());
+      return p_->fault_error();
     }
     p_->writes_.fetch_add(1, std::memory_order_release);
     return {};
@@ -441,6 +734,7 @@ result<std::string> lookup_result(const rocksdb::Status& s, std::string_view val
 }  // namespace
 
 result<std::string> rocksdb_store::get(column c, std::string_view key) {
+  if (!p_->db_) return p_->fault_error();
   rocksdb::PinnableSlice value;
   const rocksdb::Status s = p_->db_->Get(rocksdb::ReadOptions(), p_->cf(c), to_slice(key), &value);
   return lookup_result(s, to_view(value));
@@ -451,6 +745,10 @@ std::vector<result<std::string>> rocksdb_store::multi_get(column c,
   std::vector<result<std::string>> out;
   out.reserve(keys.size());
   if (keys.empty()) return out;
+  if (!p_->db_) {
+    for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(p_->fault_error());
+    return out;
+  }
   std::vector<rocksdb::Slice> slices;
   slices.reserve(keys.size());
   for (const auto& k : keys) slices.emplace_back(k);
@@ -466,6 +764,7 @@ std::vector<result<std::string>> rocksdb_store::multi_get(column c,
 result<void> rocksdb_store::scan(column c, std::string_view begin, std::string_view end,
                                  const visitor& fn) {
   if (begin >= end) return {};
+  if (!p_->db_) return p_->fault_error();
   const rocksdb::Slice upper = to_slice(end);  // must outlive the iterator
   rocksdb::ReadOptions ro;
   ro.iterate_upper_bound = &upper;
@@ -480,6 +779,7 @@ result<void> rocksdb_store::scan(column c, std::string_view begin, std::string_v
 result<std::string> rocksdb_store::last_key(column c, std::string_view begin,
                                             std::string_view end) {
   if (begin >= end) return make_error(errc::not_found, "empty range");
+  if (!p_->db_) return p_->fault_error();
   const rocksdb::Slice lower = to_slice(begin);  // must outlive the iterator
   rocksdb::ReadOptions ro;
   ro.iterate_lower_bound = &lower;
@@ -494,10 +794,10 @@ result<std::string> rocksdb_store::last_key(column c, std::string_view begin,
 
 void rocksdb_store::when_durable(std::function<void(result<void>)> done) {
   if (p_->opts_.fsync.kind != fsync_policy::mode::always) {
-    // The policy does not wait for the disk; a failed earlier sync still
-    // means nothing can be promised.
-    if (p_->failed_.load(std::memory_order_acquire)) {
-      done(make_error(errc::unavailable, "storage failed; writes are not durable"));
+    // The policy does not wait for the disk; while not writable (a failed
+    // write or sync) nothing can be promised.
+    if (!p_->writable_.load(std::memory_order_acquire)) {
+      done(p_->fault_error());
     } else {
       done({});
     }
@@ -537,7 +837,22 @@ std::uint64_t rocksdb_store::syncs() const {
   return p_->stats_.snapshot().count;
 }
 
+store_health rocksdb_store::health() const {
+  return p_->health();
+}
+
+result<resume_outcome> rocksdb_store::resume() {
+  if (p_->writable_.load(std::memory_order_acquire)) return resume_outcome::resumed;
+  try {
+    std::lock_guard lk(p_->db_mu_);
+    return p_->resume_locked();
+  } catch (const std::exception& e) {
+    return make_error(errc::unavailable, std::string("resume: ") + e.what());
+  }
+}
+
 result<void> rocksdb_store::compact_all() {
+  if (!p_->db_) return p_->fault_error();
   rocksdb::CompactRangeOptions o;
   // Rewrite the bottommost level too, so that the expiry filter sees every key.
   o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;

@@ -46,6 +46,15 @@ struct storage_options {
 // syncs every interval and when_durable answers at once; under none it never
 // syncs (data still survives kill -9 via the OS page cache).
 //
+// Faults: a failed Write or SyncWAL, or a background flush that RocksDB
+// reports as a hard error (an EventListener), makes health() not writable
+// with the reason; pending when_durable callbacks then fail and later writes
+// fail fast, both with errc::unavailable, until resume() succeeds. resume()
+// uses RocksDB's own recovery first (DB::Resume; an SstFileManager retries a
+// no-space error by itself every 5 s once space is back) and reopens the
+// database only when RocksDB cannot resume in place (a fatal error, e.g. EIO
+// or a read-only filesystem) and a probe write into data_dir succeeds.
+//
 // Thread safety: as storage::store. Callbacks run on the syncer thread.
 class rocksdb_store final : public store {
  public:
@@ -60,6 +69,12 @@ class rocksdb_store final : public store {
                     const visitor& fn) override;
   result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;
   void when_durable(std::function<void(result<void>)> done) override;
+  store_health health() const override;
+  // In place: Resume, then a flush of every column family (so that writes
+  // whose sync failed are durable in SST files) and a WAL sync to prove the
+  // WAL takes writes again. reopened: closed and opened again; while an open
+  // fails, get/scan/... answer errc::unavailable too.
+  result<resume_outcome> resume() override;
   // Every SyncWAL call, timed, and the callbacks the syncer released (under
   // fsync=always; inline answers under interval/none are not counted).
   // Present under every policy (all zeros under none).

@@ -67,7 +67,20 @@ TEST(ErrorTableTest, TooManyRequestsCarriesRetryAfter) {
   EXPECT_EQ(body["retry_after_ms"], 1500);
 }
 
-TEST(ErrorTableTest, RetryAfterOnlyOn429) {
+TEST(ErrorTableTest, UnavailableCarriesRetryAfterFromTheErrorElseOneSecond) {
+  response plain = make_error_response(make_error(errc::unavailable, "down"), 11);
+  EXPECT_EQ(plain.result(), status::service_unavailable);
+  EXPECT_EQ(plain[bhttp::field::retry_after], "1");
+  EXPECT_FALSE(nlohmann::json::parse(plain.body()).contains("retry_after_ms"));
+
+  error hinted = make_error(errc::unavailable, "disk full");
+  hinted.retry_after_ms = 2500;
+  response res = make_error_response(hinted, 11);
+  EXPECT_EQ(res[bhttp::field::retry_after], "3");  // rounded up
+  EXPECT_FALSE(nlohmann::json::parse(res.body()).contains("retry_after_ms"));
+}
+
+TEST(ErrorTableTest, RetryAfterOnlyOn429And503) {
   response res = make_error_response(make_error(errc::invalid_argument, "x"), 11,
                                      {.retry_after_ms = 1000, .allow = "GET"});
   EXPECT_EQ(res.count(bhttp::field::retry_after), 0u);

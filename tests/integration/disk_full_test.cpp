@@ -1,0 +1,132 @@
+// onceqd on a data dir that runs out of space, and then gets space back: it
+// answers 503 with Retry-After for writes, keeps serving reads, says why on
+// healthz and in onceq_storage_writable, and recovers by itself without
+// losing or inventing a message. Needs root (mounts a tmpfs); skipped
+// otherwise.
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "test_support.hpp"
+
+namespace onceq::itest {
+namespace {
+
+namespace fs = std::filesystem;
+
+class disk_full_test : public onceq_test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "needs root to mount a small tmpfs as the data dir (run as root, e.g. in "
+                      "the dev container)";
+    }
+    std::string tmpl = (fs::temp_directory_path() / "onceq-diskfull-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    mnt_ = tmpl;
+    ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=40M"), 0) << std::strerror(errno);
+    mounted_ = true;
+    server_process::options o;
+    o.extra_args = {"--data-dir", mnt_ + "/data"};  // the last --data-dir wins
+    start_server(std::move(o));
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();  // stops onceqd before its disk goes
+    if (mounted_) {
+      EXPECT_EQ(::umount(mnt_.c_str()), 0) << std::strerror(errno);
+    }
+    if (!mnt_.empty()) {
+      std::error_code ec;
+      fs::remove_all(mnt_, ec);
+    }
+  }
+
+  std::string mnt_;
+  bool mounted_ = false;
+};
+
+TEST_F(disk_full_test, writes_answer_503_until_space_is_back_then_recover_by_themselves) {
+  ASSERT_NO_FATAL_FAILURE(create_topic("t", 2));
+  const std::string value(4096, 'x');
+
+  // Fill the disk: every 2xx counts, the first 503 ends it.
+  std::size_t stored = 0;
+  http_response full;
+  const auto fill_deadline = std::chrono::steady_clock::now() + 40s;
+  for (int i = 0; i < 50'000 && std::chrono::steady_clock::now() < fill_deadline; ++i) {
+    auto res = client().post("/v1/produce", {{"topic", "t"}, {"value", value}});
+    if (res.status == 200) {
+      ++stored;
+      continue;
+    }
+    full = std::move(res);
+    break;
+  }
+  ASSERT_TRUE(is_error(full, 503, "UNAVAILABLE")) << "after " << stored << " produces";
+  EXPECT_FALSE(full.header("Retry-After").empty());
+  std::cerr << "full after " << stored << " produces: " << full.body << "\n";
+
+  // Reads keep working; healthz and the gauge say why writes do not.
+  auto health = client().get("/v1/healthz");
+  EXPECT_EQ(health.status, 503u) << health.body;
+  if (health.status == 503) {
+    EXPECT_EQ(health.json()["status"], "unavailable");
+    EXPECT_NE(health.json().value("reason", ""), "");
+  }
+  auto metrics = client().get("/metrics");
+  EXPECT_EQ(metrics.status, 200u);
+  EXPECT_NE(metrics.body.find("\nonceq_storage_writable 0\n"), std::string::npos);
+  EXPECT_EQ(client().get("/v1/topics").status, 200u);
+  EXPECT_EQ(client().get("/v1/keys?topic=t&group=g&key=k1").status, 200u);
+
+  ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", MS_REMOUNT, "size=300M"), 0)
+      << std::strerror(errno);
+  const auto grown = std::chrono::steady_clock::now();
+  unsigned last = 0;
+  while (std::chrono::steady_clock::now() - grown < 20s) {
+    last = client().get("/v1/healthz").status;
+    if (last == 200) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(last, 200u) << "healthz not 200 within 20 s of the disk growing";
+  std::cerr << "healthz 200 "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - grown)
+                   .count()
+            << " ms after the disk grew\n";
+  EXPECT_NE(client().get("/metrics").body.find("\nonceq_storage_writable 1\n"), std::string::npos);
+
+  // Writes work again.
+  for (int i = 0; i < 10; ++i) {
+    auto res = client().post("/v1/produce", {{"topic", "t"}, {"value", value}});
+    ASSERT_EQ(res.status, 200u) << res.body;
+    ++stored;
+  }
+
+  // Exactly the answered messages are there: consume them all with one
+  // group, ack each.
+  std::set<std::pair<std::int64_t, std::int64_t>> seen;
+  for (int round = 0; round < 200; ++round) {
+    auto batch = consume("t", "g", "w", 1000, 60'000);
+    if (batch.empty()) break;
+    for (const auto& m : batch) {
+      seen.emplace(m.at("partition").get<std::int64_t>(), m.at("offset").get<std::int64_t>());
+      auto a = ack("t", "g", "w", m);
+      ASSERT_EQ(a.status, 204u) << a.body;
+    }
+  }
+  EXPECT_EQ(seen.size(), stored);
+}
+
+}  // namespace
+}  // namespace onceq::itest
