@@ -67,6 +67,30 @@ TEST(ErrorTableTest, TooManyRequestsCarriesRetryAfter) {
   EXPECT_EQ(body["retry_after_ms"], 1500);
 }
 
+TEST(ErrorTableTest, TheErrorsOwnRetryHintWins) {
+  error e = make_error(errc::resource_exhausted, "topic full");
+  e.retry_after_ms = 250;
+  response res = make_error_response(e, 11, {.retry_after_ms = 1000, .allow = {}});
+  EXPECT_EQ(res[bhttp::field::retry_after], "1");
+  EXPECT_EQ(nlohmann::json::parse(res.body())["retry_after_ms"], 250);
+  // A 503 carries a hint only when the error has one.
+  error down = make_error(errc::unavailable, "stopping");
+  res = make_error_response(down, 11, {.retry_after_ms = 1000, .allow = {}});
+  EXPECT_EQ(res.count(bhttp::field::retry_after), 0u);
+  down.retry_after_ms = 3000;
+  res = make_error_response(down, 11, {.retry_after_ms = 1000, .allow = {}});
+  EXPECT_EQ(res[bhttp::field::retry_after], "3");
+  EXPECT_EQ(nlohmann::json::parse(res.body())["retry_after_ms"], 3000);
+}
+
+TEST(ErrorTableTest, UnauthenticatedChallengesForBearer) {
+  response res = make_error_response(make_error(errc::unauthenticated, "who"), 11);
+  EXPECT_EQ(res.result(), status::unauthorized);
+  EXPECT_EQ(res[bhttp::field::www_authenticate], "Bearer");
+  res = make_error_response(make_error(errc::permission_denied, "no"), 11);
+  EXPECT_EQ(res.count(bhttp::field::www_authenticate), 0u);
+}
+
 TEST(ErrorTableTest, RetryAfterOnlyOn429) {
   response res = make_error_response(make_error(errc::invalid_argument, "x"), 11,
                                      {.retry_after_ms = 1000, .allow = "GET"});
