@@ -64,6 +64,14 @@ std::string usage() {
       "  --idle-timeout-ms N      close a kept-alive connection idle this long (default {})\n"
       "  --max-queue N            commands queued for the core before 429 (default {})\n"
       "  --default-lease-ms N     lease_ms of topics created without one (default {})\n"
+      "  --max-backlog-messages N max_backlog_messages of topics created without one;\n"
+      "                           0 is unlimited (default {})\n"
+      "  --max-backlog-bytes N    max_backlog_bytes of topics created without one;\n"
+      "                           0 is unlimited (default {})\n"
+      "  --max-inflight N         max_inflight of topics created without one; 0 is\n"
+      "                           unlimited (default {})\n"
+      "  --auth-file FILE         bearer tokens with scopes and topics (docs/SECURITY.md);\n"
+      "                           reread on SIGHUP (default: none, every route open)\n"
       "  --block-cache-mb N       RocksDB block cache size in MiB (default {})\n"
       "  --write-buffer-mb N      RocksDB memtable size per column family in MiB (default {})\n"
       "  --message-cache-mb N     recently produced messages kept in memory, MiB (default {})\n"
@@ -74,11 +82,13 @@ std::string usage() {
       "  --version                print the version and exit\n"
       "\n"
       "On start, once ready, prints one line: onceqd listening on <host>:<port>\n"
-      "SIGTERM or SIGINT shuts down cleanly (exit 0). Bad flags exit 2; a storage\n"
-      "or listen failure exits 1.\n",
+      "SIGTERM or SIGINT shuts down cleanly (exit 0); SIGHUP rereads --auth-file.\n"
+      "Bad flags or a bad auth file exit 2; a storage or listen failure exits 1.\n",
       d.http.host, d.http.port, d.storage.data_dir, d.storage.fsync.to_string(), d.http.threads,
       d.http.max_body_bytes, d.http.max_header_bytes, d.http.idle_timeout_ms,
-      d.http.max_queue_depth, d.http.topic_defaults.lease_ms, d.storage.block_cache_bytes >> 20,
+      d.http.max_queue_depth, d.http.topic_defaults.lease_ms,
+      d.http.topic_defaults.max_backlog_messages, d.http.topic_defaults.max_backlog_bytes,
+      d.http.topic_defaults.max_inflight, d.storage.block_cache_bytes >> 20,
       d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20,
       d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms);
 }
@@ -117,7 +127,8 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
           flag == "--idle-timeout-ms" || flag == "--max-queue" || flag == "--default-lease-ms" ||
           flag == "--block-cache-mb" || flag == "--write-buffer-mb" ||
           flag == "--message-cache-mb" || flag == "--wal-prezero-kb" ||
-          flag == "--shutdown-grace-ms") {
+          flag == "--shutdown-grace-ms" || flag == "--max-backlog-messages" ||
+          flag == "--max-backlog-bytes" || flag == "--max-inflight" || flag == "--auth-file") {
         return bad_flag(flag, "needs a value");
       }
     }
@@ -165,6 +176,21 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
       auto v = number(1, c.broker.max_lease_ms);
       if (!v.ok()) return std::move(v).err();
       c.http.topic_defaults.lease_ms = *v;
+    } else if (flag == "--max-backlog-messages") {
+      auto v = number(0, k_max);
+      if (!v.ok()) return std::move(v).err();
+      c.http.topic_defaults.max_backlog_messages = *v;
+    } else if (flag == "--max-backlog-bytes") {
+      auto v = number(0, k_max);
+      if (!v.ok()) return std::move(v).err();
+      c.http.topic_defaults.max_backlog_bytes = *v;
+    } else if (flag == "--max-inflight") {
+      auto v = number(0, k_max);
+      if (!v.ok()) return std::move(v).err();
+      c.http.topic_defaults.max_inflight = *v;
+    } else if (flag == "--auth-file") {
+      if (value.empty()) return bad_flag(flag, "needs a file");
+      c.auth_file = std::string(value);
     } else if (flag == "--block-cache-mb") {
       auto v = number(0, 1ll << 20);
       if (!v.ok()) return std::move(v).err();

@@ -24,6 +24,8 @@ struct config {
   runner_options runner;
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
+  // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.
+  std::string auth_file;  // Default: "" = no auth, every route open
   bool show_help = false;
   bool show_version = false;
 };

@@ -1,11 +1,13 @@
 // onceqd: the server. Parses flags, opens the store, recovers the broker,
 // starts the core runner and the HTTP server, and shuts down cleanly on
-// SIGTERM/SIGINT. The only place where objects are created and wired.
+// SIGTERM/SIGINT; SIGHUP rereads --auth-file. The only place where objects
+// are created and wired.
 
 #include <pthread.h>
 
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "broker/broker.hpp"
 #include "broker/runner.hpp"
 #include "cmd/config.hpp"
+#include "http/auth.hpp"
 #include "http/router.hpp"
 #include "http/server.hpp"
 #include "onceq_commit.hpp"  // ONCEQ_COMMIT, generated at build time (cmake/commit.cmake)
@@ -45,7 +48,26 @@ using namespace onceq;
 constexpr int k_exit_failure = 1;
 constexpr int k_exit_usage = 2;
 
-int serve(cmd::config cfg) {
+// SIGHUP: the new file replaces the table only if it parses whole; the
+// reason never quotes the file (auth_table::parse keeps secrets out of it).
+// Runs on an I/O thread: the file is small, and sessions on the other
+// threads go on meanwhile.
+void reload_auth(http::authenticator* auth, const std::string& path) {
+  if (auth == nullptr) {
+    fmt::print(stderr, "onceqd: SIGHUP: no --auth-file, nothing to reload\n");
+    return;
+  }
+  auto next = http::auth_table::load(path);
+  if (!next.ok()) {
+    fmt::print(stderr, "onceqd: SIGHUP: keeping the previous tokens: {}\n", next.err().message);
+    return;
+  }
+  const std::size_t n = next->tokens().size();
+  auth->replace(std::move(*next));
+  fmt::print(stderr, "onceqd: SIGHUP: reloaded {} token(s) from {}\n", n, path);
+}
+
+int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   // Writes to a closed socket report EPIPE instead of killing the process.
   std::signal(SIGPIPE, SIG_IGN);
   cfg.http.version = ONCEQ_VERSION;
@@ -81,7 +103,7 @@ int serve(cmd::config cfg) {
   runner run(core, *store, clock, cfg.runner);
   run.start();
 
-  http::router routes(run, clock, cfg.http);
+  http::router routes(run, clock, cfg.http, auth.get());
   {
     http::server srv(io_ptrs, routes, cfg.http);
     auto bound = srv.listen();
@@ -91,6 +113,16 @@ int serve(cmd::config cfg) {
       return k_exit_failure;
     }
     srv.start();
+
+    asio::signal_set hangups(ioc, SIGHUP);
+    std::function<void()> wait_hangup = [&] {
+      hangups.async_wait([&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        reload_auth(auth.get(), cfg.auth_file);
+        wait_hangup();
+      });
+    };
+    wait_hangup();
 
     std::promise<int> stop_signal;
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
@@ -117,6 +149,12 @@ int serve(cmd::config cfg) {
     fmt::print("onceqd listening on {}:{}\n",
                addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string(), bound->port());
     std::fflush(stdout);
+    if (auth == nullptr && !addr.is_loopback()) {
+      fmt::print(stderr,
+                 "onceqd: warning: listening on {} without --auth-file: anyone who can reach "
+                 "it may produce, consume and delete topics (docs/SECURITY.md)\n",
+                 addr.to_string());
+    }
 
     int sig = stop_signal.get_future().get();
     fmt::print(stderr, "onceqd: signal {}, shutting down\n", sig);
@@ -135,6 +173,7 @@ int serve(cmd::config cfg) {
                  srv.session_count(), cfg.shutdown_grace_ms);
     }
     signals.cancel();
+    hangups.cancel();
     for (auto& w : work) w.reset();
     for (auto* io : io_ptrs) io->stop();
     for (auto& t : threads) t.join();
@@ -160,8 +199,19 @@ int main(int argc, char** argv) {
     fmt::print("onceqd {} ({})\n", ONCEQ_VERSION, ONCEQ_COMMIT);
     return 0;
   }
+  std::unique_ptr<http::authenticator> auth;
+  if (!cfg->auth_file.empty()) {
+    auto table = http::auth_table::load(cfg->auth_file);
+    if (!table.ok()) {
+      fmt::print(stderr, "onceqd: --auth-file: {}\n", table.err().message);
+      return k_exit_usage;
+    }
+    fmt::print(stderr, "onceqd: auth on: {} token(s) from {}\n", table->tokens().size(),
+               cfg->auth_file);
+    auth = std::make_unique<http::authenticator>(std::move(*table));
+  }
   try {
-    return serve(std::move(*cfg));
+    return serve(std::move(*cfg), std::move(auth));
   } catch (const std::exception& e) {
     fmt::print(stderr, "onceqd: fatal: {}\n", e.what());
     return k_exit_failure;

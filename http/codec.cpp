@@ -285,7 +285,8 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
   return guarded<create_topic_cmd>([&] {
     reader r = top(p);
     r.only({"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
-            "key_ttl_ms", "dedup_window_ms", "retention_ms"});
+            "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
+            "max_backlog_bytes", "max_inflight"});
     create_topic_cmd c;
     c.name = r.req_topic("name");
     c.partitions = r.opt_int("partitions", 1).value_or(1);
@@ -298,6 +299,9 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
     s.key_ttl_ms = r.opt_int("key_ttl_ms", 0).value_or(s.key_ttl_ms);
     s.dedup_window_ms = r.opt_int("dedup_window_ms", 0).value_or(s.dedup_window_ms);
     s.retention_ms = r.opt_int("retention_ms", 0).value_or(s.retention_ms);
+    s.max_backlog_messages = r.opt_int("max_backlog_messages", 0).value_or(s.max_backlog_messages);
+    s.max_backlog_bytes = r.opt_int("max_backlog_bytes", 0).value_or(s.max_backlog_bytes);
+    s.max_inflight = r.opt_int("max_inflight", 0).value_or(s.max_inflight);
     return c;
   });
 }
@@ -477,10 +481,16 @@ std::string produce_reply_json(const produce_reply& r, std::string_view topic, b
 }
 
 json to_json(const topic_settings& s) {
-  return {{"lease_ms", s.lease_ms},        {"max_attempts", s.max_attempts},
-          {"backoff_ms", s.backoff_ms},    {"max_backoff_ms", s.max_backoff_ms},
-          {"key_ttl_ms", s.key_ttl_ms},    {"dedup_window_ms", s.dedup_window_ms},
-          {"retention_ms", s.retention_ms}};
+  return {{"lease_ms", s.lease_ms},
+          {"max_attempts", s.max_attempts},
+          {"backoff_ms", s.backoff_ms},
+          {"max_backoff_ms", s.max_backoff_ms},
+          {"key_ttl_ms", s.key_ttl_ms},
+          {"dedup_window_ms", s.dedup_window_ms},
+          {"retention_ms", s.retention_ms},
+          {"max_backlog_messages", s.max_backlog_messages},
+          {"max_backlog_bytes", s.max_backlog_bytes},
+          {"max_inflight", s.max_inflight}};
 }
 
 json to_json(const topic_info& t) {

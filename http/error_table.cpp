@@ -27,16 +27,6 @@ constexpr std::array<error_entry, 12> k_table = {{
     {errc::internal, status::internal_server_error},
 }};
 
-// 503 without a hint from the error: the store's resume loop runs about
-// every 500 ms, so a second is soon enough and not a hammering.
-constexpr millis k_default_unavailable_retry_ms = 1'000;
-
-// Retry-After counts whole seconds; round up so that a client honouring it
-// never comes back earlier than asked.
-std::string retry_after_seconds(millis ms) {
-  return std::to_string((ms + 999) / 1000);
-}
-
 }  // namespace
 
 std::span<const error_entry> error_table() noexcept {
@@ -49,26 +39,42 @@ bhttp::status status_of(errc code) noexcept {
   return k_table[i].status;
 }
 
+namespace {
+
+// 503 without a hint from the error: the store's resume loop runs about
+// every 500 ms, so a second is soon enough and not a hammering.
+constexpr millis k_default_unavailable_retry_ms = 1'000;
+
+// The error's own hint wins (the broker knows e.g. how long a full topic
+// needs); else the caller's default for 429, and one second for every 503
+// (shutting down behind a load balancer, or the store waiting for the disk).
+millis retry_hint(const error& e, const error_extras& x) noexcept {
+  const bool may_retry = e.code == errc::resource_exhausted || e.code == errc::unavailable;
+  if (may_retry && e.retry_after_ms > 0) return e.retry_after_ms;
+  if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) return x.retry_after_ms;
+  if (e.code == errc::unavailable) return k_default_unavailable_retry_ms;
+  return 0;
+}
+
+}  // namespace
+
 std::string error_body(const error& e, const error_extras& x) {
   nlohmann::json body = {{"error", to_string(e.code)}, {"message", e.message}};
-  if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) {
-    body["retry_after_ms"] = x.retry_after_ms;
-  }
+  if (const millis hint = retry_hint(e, x); hint > 0) body["retry_after_ms"] = hint;
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 response make_error_response(const error& e, unsigned version, const error_extras& x) {
   response res{status_of(e.code), version};
   res.set(bhttp::field::content_type, k_json_type);
-  if (e.code == errc::resource_exhausted && x.retry_after_ms > 0) {
-    res.set(bhttp::field::retry_after, retry_after_seconds(x.retry_after_ms));
+  if (const millis hint = retry_hint(e, x); hint > 0) {
+    // Retry-After counts whole seconds; round up so that a client honouring
+    // it never comes back earlier than retry_after_ms.
+    res.set(bhttp::field::retry_after, std::to_string((hint + 999) / 1000));
   }
-  if (e.code == errc::unavailable) {
-    // Every 503 is worth retrying (shutting down behind a load balancer, or
-    // the store waiting for the disk): say when.
-    res.set(bhttp::field::retry_after,
-            retry_after_seconds(e.retry_after_ms > 0 ? e.retry_after_ms
-                                                     : k_default_unavailable_retry_ms));
+  if (e.code == errc::unauthenticated) {
+    // RFC 6750: a 401 names the scheme the client should use.
+    res.set(bhttp::field::www_authenticate, "Bearer");
   }
   if (e.code == errc::method_not_allowed && !x.allow.empty()) {
     res.set(bhttp::field::allow, x.allow);

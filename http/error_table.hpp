@@ -3,8 +3,10 @@
 // The one table mapping onceq::errc to an HTTP status and wire code
 // (spec/API.md "Errors"), and the error response every part of http/ sends:
 // body {"error":"<CODE>","message":"<text>"}, Content-Type application/json;
-// 429 adds Retry-After (seconds) and "retry_after_ms"; 503 adds Retry-After
-// (error::retry_after_ms rounded up to seconds, else 1); 405 adds Allow.
+// 429 adds Retry-After (seconds) and "retry_after_ms" (the error's own
+// retry_after_ms when set, else error_extras::retry_after_ms; a 503 gets
+// them from the error, else 1 s); 401 adds WWW-Authenticate: Bearer; 405 adds
+// Allow.
 
 #include <span>
 #include <string_view>
@@ -27,7 +29,7 @@ std::span<const error_entry> error_table() noexcept;
 bhttp::status status_of(errc code) noexcept;
 
 struct error_extras {
-  millis retry_after_ms = 0;  // 429: used when > 0
+  millis retry_after_ms = 0;  // 429: used when > 0 and the error carries no hint
   std::string_view allow;     // 405: the Allow header when non-empty
 };
 

@@ -75,24 +75,27 @@ struct router::call {
   std::string request_id;
   std::string_view query;
   std::vector<std::string> captures;
+  auth_grant grant;  // what the token may do (everything when auth is off)
 };
 
+// The scope column is the whole authorization policy of the API
+// (docs/SECURITY.md); topic checks follow in the handlers that take one.
 const router::route_def router::k_routes[] = {
-    {verb::get, "/v1/healthz", &router::healthz, false},
-    {verb::get, "/v1/version", &router::version, false},
-    {verb::post, "/v1/topics", &router::create_topic, true},
-    {verb::get, "/v1/topics", &router::list_topics, true},
-    {verb::get, "/v1/topics/{name}", &router::get_topic, true},
-    {verb::delete_, "/v1/topics/{name}", &router::delete_topic, true},
-    {verb::post, "/v1/produce", &router::produce, true},
-    {verb::get, "/v1/consume", &router::consume, true},
-    {verb::post, "/v1/consume", &router::consume, true},
-    {verb::post, "/v1/ack", &router::ack, true},
-    {verb::post, "/v1/nack", &router::nack, true},
-    {verb::post, "/v1/extend", &router::extend, true},
-    {verb::get, "/v1/keys", &router::keys, true},
-    {verb::post, "/v1/dlq/redrive", &router::redrive, true},
-    {verb::get, "/metrics", &router::prometheus, false},
+    {verb::get, "/v1/healthz", &router::healthz, false, scope::none},
+    {verb::get, "/v1/version", &router::version, false, scope::none},
+    {verb::post, "/v1/topics", &router::create_topic, true, scope::admin},
+    {verb::get, "/v1/topics", &router::list_topics, true, scope::admin},
+    {verb::get, "/v1/topics/{name}", &router::get_topic, true, scope::admin},
+    {verb::delete_, "/v1/topics/{name}", &router::delete_topic, true, scope::admin},
+    {verb::post, "/v1/produce", &router::produce, true, scope::produce},
+    {verb::get, "/v1/consume", &router::consume, true, scope::consume},
+    {verb::post, "/v1/consume", &router::consume, true, scope::consume},
+    {verb::post, "/v1/ack", &router::ack, true, scope::consume},
+    {verb::post, "/v1/nack", &router::nack, true, scope::consume},
+    {verb::post, "/v1/extend", &router::extend, true, scope::consume},
+    {verb::get, "/v1/keys", &router::keys, true, scope::consume},
+    {verb::post, "/v1/dlq/redrive", &router::redrive, true, scope::admin},
+    {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
 };
 const std::size_t router::k_route_count = std::size(router::k_routes);
 
@@ -142,8 +145,8 @@ void consume_stream::abandon_last() {
 
 // ---- router ---------------------------------------------------------------
 
-router::router(runner& r, const clock& time, http_options opts)
-    : runner_(r), clock_(time), opts_(std::move(opts)) {
+router::router(runner& r, const clock& time, http_options opts, authenticator* auth)
+    : runner_(r), clock_(time), opts_(std::move(opts)), auth_(auth) {
   for (std::size_t i = 0; i < k_route_count; ++i) {
     std::string label(k_routes[i].pattern);
     auto it = std::find(labels_.begin(), labels_.end(), label);
@@ -165,6 +168,17 @@ std::vector<std::string> router::describe_routes() const {
   return out;
 }
 
+std::vector<scope> router::route_scopes() const {
+  std::vector<scope> out;
+  for (std::size_t i = 0; i < k_route_count; ++i) out.push_back(k_routes[i].need);
+  return out;
+}
+
+std::optional<error> router::deny_topic(const call& c, std::string_view topic) const {
+  if (auth_ == nullptr || c.grant.may_use(topic)) return std::nullopt;
+  return auth_->deny_topic(c.grant, topic);
+}
+
 response router::error_response(const error& e, unsigned version,
                                 std::string_view request_id) const {
   response res = make_error_response(e, version, error_extras{opts_.retry_after_ms, {}});
@@ -179,7 +193,7 @@ reply router::error_reply(const error& e, const call& c, std::string_view allow)
 
 asio::awaitable<reply> router::handle(request req) {
   const auto started = std::chrono::steady_clock::now();
-  call c{req, request_id_for(req[k_request_id_header]), {}, {}};
+  call c{req, request_id_for(req[k_request_id_header]), {}, {}, {}};
 
   std::string_view target = req.target();
   std::string_view path = target.substr(0, target.find('?'));
@@ -214,10 +228,23 @@ asio::awaitable<reply> router::handle(request req) {
                                              std::string_view(req.method_string()), path)),
                       c, allow);
     answered = true;
-  } else if (found->needs_core && runner_.queue_depth() > opts_.max_queue_depth) {
-    out = error_reply(make_error(errc::resource_exhausted, "too many requests queued; retry later"),
-                      c);
-    answered = true;
+  } else if (auth_ != nullptr && found->need != scope::none) {
+    // Before the backpressure check: a stranger learns nothing, not even load.
+    auto g = auth_->authorize(req[bhttp::field::authorization], found->need);
+    if (g.ok()) {
+      c.grant = std::move(*g);
+    } else {
+      out = error_reply(g.err(), c);
+      answered = true;
+    }
+  }
+  if (!answered && found->needs_core) {
+    if (const std::size_t depth = runner_.queue_depth(); depth > opts_.max_queue_depth) {
+      error e = make_error(errc::resource_exhausted, "too many requests queued; retry later");
+      e.retry_after_ms = drain_.drain_ms(depth, started).value_or(opts_.retry_after_ms);
+      out = error_reply(e, c);
+      answered = true;
+    }
   }
   if (!answered) {
     try {
@@ -230,8 +257,9 @@ asio::awaitable<reply> router::handle(request req) {
 
   out.res.version(req.version());
   out.res.set(k_request_id_header, c.request_id);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto finished = std::chrono::steady_clock::now();
+  if (!answered && found->needs_core) drain_.completed(finished);
+  const double seconds = std::chrono::duration<double>(finished - started).count();
   metrics_->observe(label, seconds, out.res.result_int());
   co_return out;
 }
@@ -295,6 +323,7 @@ asio::awaitable<reply> router::create_topic(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto cmd = parse_create_topic(*p, opts_.topic_defaults);
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
+  if (auto denied = deny_topic(c, cmd->name)) co_return error_reply(*denied, c);
   auto r_op = async_execute<topic_created>(
       runner_, [cmd = std::move(*cmd)](broker& b) { return b.create_topic(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -308,10 +337,13 @@ asio::awaitable<reply> router::list_topics(call& c) {
       use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
+  // A token sees the topics it covers; the list itself is no 403.
+  std::erase_if(*r, [&](const std::string& name) { return !c.grant.may_use(name); });
   co_return json_reply(status::ok, {{"topics", *r}});
 }
 
 asio::awaitable<reply> router::get_topic(call& c) {
+  if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   auto r_op = async_execute<topic_info>(
       runner_, [name = c.captures.at(0)](broker& b) { return b.get_topic(name); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -320,6 +352,7 @@ asio::awaitable<reply> router::get_topic(call& c) {
 }
 
 asio::awaitable<reply> router::delete_topic(call& c) {
+  if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   auto r_op = async_execute<void>(
       runner_, [name = c.captures.at(0)](broker& b) { return b.delete_topic(name); },
       use_awaitable);
@@ -333,6 +366,8 @@ asio::awaitable<reply> router::produce(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto pr = parse_produce(*p, c.req["Idempotency-Key"]);
   if (!pr.ok()) co_return error_reply(pr.err(), c);
+  // A batch names one topic: one check covers every message.
+  if (auto denied = deny_topic(c, pr->cmd.topic)) co_return error_reply(*denied, c);
   const bool batch = pr->batch;
   std::string topic = pr->cmd.topic;
   auto r_op = async_execute<produce_reply>(
@@ -350,6 +385,7 @@ asio::awaitable<reply> router::consume(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto cr = parse_consume(*p);
   if (!cr.ok()) co_return error_reply(cr.err(), c);
+  if (auto denied = deny_topic(c, cr->cmd.topic)) co_return error_reply(*denied, c);
   if (!cr->stream) {
     auto got_op = async_consume(runner_, std::move(cr->cmd), cr->wait_ms, use_awaitable);
     auto got = co_await std::move(got_op);
@@ -377,6 +413,10 @@ asio::awaitable<reply> router::ack(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto ar = parse_ack(*p);
   if (!ar.ok()) co_return error_reply(ar.err(), c);
+  const std::string& ack_topic = std::holds_alternative<ack_cmd>(*ar)
+                                     ? std::get<ack_cmd>(*ar).ref.topic
+                                     : std::get<ack_batch_cmd>(*ar).topic;
+  if (auto denied = deny_topic(c, ack_topic)) co_return error_reply(*denied, c);
   if (auto* single = std::get_if<ack_cmd>(&*ar)) {
     auto r_op = async_execute<void>(
         runner_, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
@@ -398,6 +438,7 @@ asio::awaitable<reply> router::nack(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto nr = parse_nack(*p);
   if (!nr.ok()) co_return error_reply(nr.err(), c);
+  if (auto denied = deny_topic(c, nr->ref.topic)) co_return error_reply(*denied, c);
   auto r_op = async_execute<void>(
       runner_, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -410,6 +451,7 @@ asio::awaitable<reply> router::extend(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto er = parse_extend(*p);
   if (!er.ok()) co_return error_reply(er.err(), c);
+  if (auto denied = deny_topic(c, er->ref.topic)) co_return error_reply(*denied, c);
   auto r_op = async_execute<millis>(
       runner_, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -422,6 +464,7 @@ asio::awaitable<reply> router::keys(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto kr = parse_key_query(*p);
   if (!kr.ok()) co_return error_reply(kr.err(), c);
+  if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
   auto r_op = async_wait_key(runner_, std::move(kr->q), kr->wait_ms, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
@@ -433,6 +476,7 @@ asio::awaitable<reply> router::redrive(call& c) {
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto rr = parse_redrive(*p);
   if (!rr.ok()) co_return error_reply(rr.err(), c);
+  if (auto denied = deny_topic(c, rr->topic)) co_return error_reply(*denied, c);
   auto r_op = async_execute<std::int64_t>(
       runner_, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -458,6 +502,7 @@ asio::awaitable<reply> router::prometheus(call& c) {
   render_storage_metrics(body, runner_.storage_health());
   // Omitted for a store without a WAL (the in-memory store of the tests).
   if (const auto wal = runner_.wal_sync_stats()) render_wal_sync_metrics(body, *wal);
+  if (auth_ != nullptr) auth_->render_metrics(body);
   metrics_->render(body);
   out.res.prepare_payload();
   co_return out;

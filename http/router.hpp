@@ -7,12 +7,22 @@
 // Unknown path -> 404 NOT_FOUND; known path, other method -> 405 with
 // Allow. Every answer carries X-Request-Id (the client's, or a new one).
 // Requests that need the core get 429 RESOURCE_EXHAUSTED (Retry-After)
-// while runner::queue_depth() is over http_options::max_queue_depth.
+// while runner::queue_depth() is over http_options::max_queue_depth; the
+// Retry-After is the time the queued commands need at the drain rate seen
+// in the last seconds (drain_meter.hpp), http_options::retry_after_ms
+// without a recent rate.
+//
+// Auth (when an authenticator is given): each route names the scope it
+// needs in the route table; the bearer token and scope are checked before
+// the backpressure check and before the body is read (401/403), the topic
+// after the parameters are parsed and before anything reaches the core
+// (403). A request refused changes nothing.
 //
 // Thread safety: handle() may run concurrently on any number of
 // coroutines/threads; the router holds no per-request state.
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +31,8 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "broker/runner.hpp"
+#include "http/auth.hpp"
+#include "http/drain_meter.hpp"
 #include "http/message.hpp"
 #include "http/metrics.hpp"
 #include "http/options.hpp"
@@ -76,7 +88,9 @@ struct reply {
 
 class router {
  public:
-  router(runner& r, const clock& time, http_options opts);
+  // auth: null = every route is open (no --auth-file); else it must
+  // outlive the router.
+  router(runner& r, const clock& time, http_options opts, authenticator* auth = nullptr);
   ~router();
   router(const router&) = delete;
   router& operator=(const router&) = delete;
@@ -93,6 +107,8 @@ class router {
 
   // "GET /v1/healthz", ...: every route, for docs and tests.
   std::vector<std::string> describe_routes() const;
+  // The scope each route needs, in the order of describe_routes().
+  std::vector<scope> route_scopes() const;
 
   struct call;
 
@@ -103,6 +119,7 @@ class router {
     std::string_view pattern;  // segments; "{name}" captures one
     handler fn;
     bool needs_core;  // subject to backpressure
+    scope need;       // what a token must hold when auth is on
   };
   static const route_def k_routes[];
   static const std::size_t k_route_count;
@@ -123,10 +140,14 @@ class router {
   asio::awaitable<reply> prometheus(call& c);
 
   reply error_reply(const error& e, const call& c, std::string_view allow = {}) const;
+  // The 403 when the request's token may not use topic; nullopt if it may.
+  std::optional<error> deny_topic(const call& c, std::string_view topic) const;
 
   runner& runner_;
   const clock& clock_;
   http_options opts_;
+  authenticator* auth_;
+  drain_meter drain_;
   std::vector<std::string> labels_;       // metric label per distinct pattern (+ "unmatched")
   std::vector<std::size_t> route_label_;  // route index -> label index
   std::unique_ptr<http_metrics> metrics_;

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   libboost1.81-dev librocksdb-dev nlohmann-json3-dev libfmt-dev libgtest-dev
+  libssl-dev
   ninja-build cmake g++ libjemalloc-dev
   libnats-dev libhiredis-dev nats-server redis-server
   curl

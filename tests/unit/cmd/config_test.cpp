@@ -39,5 +39,38 @@ TEST(config_test, wal_prezero_rejects_bad_values) {
   EXPECT_NE(missing.err().message.find("needs a value"), std::string::npos);
 }
 
+TEST(config_test, topic_limit_defaults_fill_create_topic_defaults) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->http.topic_defaults.max_backlog_messages, 0);
+  EXPECT_EQ(c->http.topic_defaults.max_backlog_bytes, 0);
+  EXPECT_EQ(c->http.topic_defaults.max_inflight, 0);
+  c = parse(
+      {"--max-backlog-messages", "1000", "--max-backlog-bytes=1048576", "--max-inflight", "50"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->http.topic_defaults.max_backlog_messages, 1000);
+  EXPECT_EQ(c->http.topic_defaults.max_backlog_bytes, 1 << 20);
+  EXPECT_EQ(c->http.topic_defaults.max_inflight, 50);
+  for (std::string_view flag :
+       {"--max-backlog-messages", "--max-backlog-bytes", "--max-inflight"}) {
+    auto bad = parse({flag, "-1"});
+    ASSERT_FALSE(bad.ok()) << flag;
+    EXPECT_NE(bad.err().message.find(flag), std::string::npos) << bad.err().message;
+    EXPECT_NE(usage().find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(config_test, auth_file_is_off_by_default_and_needs_a_path) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->auth_file.empty());
+  c = parse({"--auth-file", "/etc/onceq/auth.json"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->auth_file, "/etc/onceq/auth.json");
+  EXPECT_FALSE(parse({"--auth-file"}).ok());
+  EXPECT_FALSE(parse({"--auth-file="}).ok());
+  EXPECT_NE(usage().find("--auth-file"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace onceq::cmd

@@ -73,6 +73,33 @@ TEST(CodecTest, CreateTopicAllSettings) {
   EXPECT_EQ(c->settings.retention_ms, 0);
 }
 
+TEST(CodecTest, CreateTopicLimits) {
+  topic_settings defaults;
+  defaults.max_backlog_messages = 10;
+  defaults.max_backlog_bytes = 20;
+  defaults.max_inflight = 30;
+  auto d = parse_create_topic(body({{"name", "t"}}), defaults);
+  ASSERT_TRUE(d.ok()) << d.err().message;
+  EXPECT_EQ(d->settings.max_backlog_messages, 10);
+  EXPECT_EQ(d->settings.max_backlog_bytes, 20);
+  EXPECT_EQ(d->settings.max_inflight, 30);
+  auto c = parse_create_topic(body({{"name", "t"},
+                                    {"max_backlog_messages", 0},
+                                    {"max_backlog_bytes", 1 << 20},
+                                    {"max_inflight", 5}}),
+                              defaults);
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->settings.max_backlog_messages, 0);  // 0 overrides a default: unlimited
+  EXPECT_EQ(c->settings.max_backlog_bytes, 1 << 20);
+  EXPECT_EQ(c->settings.max_inflight, 5);
+  for (const char* f : {"max_backlog_messages", "max_backlog_bytes", "max_inflight"}) {
+    EXPECT_TRUE(rejected(parse_create_topic(body({{"name", "t"}, {f, -1}}), {}),
+                         std::string(f) + " must be >= 0"));
+    EXPECT_TRUE(
+        rejected(parse_create_topic(body({{"name", "t"}, {f, "5"}}), {}), "must be an integer"));
+  }
+}
+
 TEST(CodecTest, CreateTopicRejects) {
   EXPECT_TRUE(rejected(parse_create_topic(body({{"partitions", 1}}), {}), "name is required"));
   EXPECT_TRUE(rejected(parse_create_topic(body({{"name", "bad name"}}), {}), "name must match"));
@@ -539,7 +566,10 @@ TEST(CodecTest, TopicInfoReply) {
   json j = to_json(t);
   EXPECT_EQ(j["name"], "t");
   EXPECT_EQ(j["partitions"], 3);
-  EXPECT_EQ(j["settings"].size(), 7u);
+  EXPECT_EQ(j["settings"].size(), 10u);
+  EXPECT_EQ(j["settings"]["max_backlog_messages"], 0);
+  EXPECT_EQ(j["settings"]["max_backlog_bytes"], 0);
+  EXPECT_EQ(j["settings"]["max_inflight"], 0);
   EXPECT_EQ(j["settings"]["lease_ms"], 30000);
   EXPECT_EQ(j["groups"]["g"], (json{{"backlog", 1},
                                     {"inflight", 2},

@@ -71,13 +71,35 @@ TEST(ErrorTableTest, UnavailableCarriesRetryAfterFromTheErrorElseOneSecond) {
   response plain = make_error_response(make_error(errc::unavailable, "down"), 11);
   EXPECT_EQ(plain.result(), status::service_unavailable);
   EXPECT_EQ(plain[bhttp::field::retry_after], "1");
-  EXPECT_FALSE(nlohmann::json::parse(plain.body()).contains("retry_after_ms"));
+  EXPECT_EQ(nlohmann::json::parse(plain.body())["retry_after_ms"], 1000);
 
   error hinted = make_error(errc::unavailable, "disk full");
   hinted.retry_after_ms = 2500;
   response res = make_error_response(hinted, 11);
   EXPECT_EQ(res[bhttp::field::retry_after], "3");  // rounded up
-  EXPECT_FALSE(nlohmann::json::parse(res.body()).contains("retry_after_ms"));
+  EXPECT_EQ(nlohmann::json::parse(res.body())["retry_after_ms"], 2500);
+}
+
+TEST(ErrorTableTest, TheErrorsOwnRetryHintWins) {
+  error e = make_error(errc::resource_exhausted, "topic full");
+  e.retry_after_ms = 250;
+  response res = make_error_response(e, 11, {.retry_after_ms = 1000, .allow = {}});
+  EXPECT_EQ(res[bhttp::field::retry_after], "1");
+  EXPECT_EQ(nlohmann::json::parse(res.body())["retry_after_ms"], 250);
+  // The caller's 429 default does not apply to a 503.
+  error down = make_error(errc::unavailable, "stopping");
+  down.retry_after_ms = 3000;
+  res = make_error_response(down, 11, {.retry_after_ms = 1000, .allow = {}});
+  EXPECT_EQ(res[bhttp::field::retry_after], "3");
+  EXPECT_EQ(nlohmann::json::parse(res.body())["retry_after_ms"], 3000);
+}
+
+TEST(ErrorTableTest, UnauthenticatedChallengesForBearer) {
+  response res = make_error_response(make_error(errc::unauthenticated, "who"), 11);
+  EXPECT_EQ(res.result(), status::unauthorized);
+  EXPECT_EQ(res[bhttp::field::www_authenticate], "Bearer");
+  res = make_error_response(make_error(errc::permission_denied, "no"), 11);
+  EXPECT_EQ(res.count(bhttp::field::www_authenticate), 0u);
 }
 
 TEST(ErrorTableTest, RetryAfterOnlyOn429And503) {

@@ -120,6 +120,9 @@ TEST_F(RouterTest, TopicLifecycle) {
                                     {"max_attempts", 0},
                                     {"backoff_ms", 0},
                                     {"max_backoff_ms", 0},
+                                    {"max_backlog_messages", 0},
+                                    {"max_backlog_bytes", 0},
+                                    {"max_inflight", 0},
                                     {"key_ttl_ms", 604800000},
                                     {"dedup_window_ms", 120000},
                                     {"retention_ms", 604800000}}));
