@@ -110,6 +110,29 @@ std::vector<violation> check(const history& h, const final_key_states& final_key
     }
   }
 
+  auto end_of = [&](const delivery_record& d) {
+    auto r = released.find(delivery_id{d.owner, d.pos, d.attempts});
+    return r == released.end() ? d.lease_expires_at_ms : std::min(d.lease_expires_at_ms, r->second);
+  };
+
+  // ack_stole_key
+  for (const auto& s : h.settles) {
+    if (s.what != settle_record::kind::ack || s.result != settle_record::outcome::ok) continue;
+    auto d = deliveries.find(s.key);
+    if (d == deliveries.end()) continue;
+    const delivery_id acked{s.owner, s.pos, s.attempts};
+    for (const auto* x : d->second) {
+      if (delivery_id{x->owner, x->pos, x->attempts} == acked) continue;
+      if (s.sent_ms >= x->consume_answered_ms && s.answered_ms < end_of(*x)) {
+        out.push_back({"ack_stole_key",
+                       "key " + s.key + " committed by the ack of " + s.owner + " " +
+                           describe(s.pos) + " attempt " + std::to_string(s.attempts) + " (sent " +
+                           std::to_string(s.sent_ms) + ", answered " +
+                           std::to_string(s.answered_ms) + ") while held by " + describe(*x)});
+      }
+    }
+  }
+
   // lease_overlap
   for (const auto& [key, list] : deliveries) {
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -119,13 +142,8 @@ std::vector<violation> check(const history& h, const final_key_states& final_key
         const delivery_id ia{a.owner, a.pos, a.attempts};
         const delivery_id ib{b.owner, b.pos, b.attempts};
         if (ia == ib) continue;
-        auto end_of = [&](const delivery_record& d, const delivery_id& id) {
-          auto r = released.find(id);
-          return r == released.end() ? d.lease_expires_at_ms
-                                     : std::min(d.lease_expires_at_ms, r->second);
-        };
         const millis from = std::max(a.consume_answered_ms, b.consume_answered_ms);
-        const millis to = std::min(end_of(a, ia), end_of(b, ib));
+        const millis to = std::min(end_of(a), end_of(b));
         if (from < to) {
           out.push_back({"lease_overlap", "key " + key + " leased twice for " +
                                               std::to_string(to - from) + " ms: " + describe(a) +

@@ -100,6 +100,9 @@ struct figures {
 //                  time: each is certainly live from its consume's answer
 //                  until min(lease_expires_at_ms, the first nack/ack sent
 //                  for it), and those intervals intersect
+//  ack_stole_key   an ack answered ok although, from before it was sent
+//                  until after it was answered, another delivery of the
+//                  key certainly held the key's lease (it must be 409)
 //  id_moved        one dedup id seen at two (partition, offset)
 // final_keys must hold every key of an answered produce.
 std::vector<violation> check(const history& h, const final_key_states& final_keys);

@@ -69,10 +69,10 @@ TEST_F(checker, answered_produce_whose_key_never_commits) {
 }
 
 TEST_F(checker, two_successful_acks_of_one_key) {
-  deliver("K", "c0.0", {0, 1}, 1, 2000);                // lease ran out at 2300
-  deliver("K", "c1.0", {2, 7}, 1, 2340, "K.b");         // the key went to c1
-  settle(k::ack, o::ok, "K", "c0.0", {0, 1}, 1, 2350);  // late ack accepted anyway
-  settle(k::ack, o::ok, "K", "c1.0", {2, 7}, 1, 2420);
+  deliver("K", "c0.0", {0, 1}, 1, 2000);         // lease ran out at 2300
+  deliver("K", "c1.0", {2, 7}, 1, 2340, "K.b");  // the key went to c1
+  settle(k::ack, o::ok, "K", "c1.0", {2, 7}, 1, 2360);
+  settle(k::ack, o::ok, "K", "c0.0", {0, 1}, 1, 2400);  // late ack accepted anyway
   EXPECT_EQ(rules(), rules_t{"double_ack"});
 }
 
@@ -100,6 +100,15 @@ TEST_F(checker, redelivery_of_the_same_message_before_its_lease_ends) {
   deliver("K", "c0.0", {0, 1}, 1, 2000);
   deliver("K", "c1.0", {0, 1}, 2, 2290);  // answered 2295 < 2300
   EXPECT_EQ(rules(), rules_t{"lease_overlap"});
+}
+
+TEST_F(checker, late_ack_commits_a_key_another_delivery_holds) {
+  deliver("K", "c0.0", {0, 1}, 1, 2000);                // lease ran out at 2300
+  deliver("K", "c1.0", {2, 7}, 1, 2340, "K.b");         // c1 holds the key until 2645
+  settle(k::ack, o::ok, "K", "c0.0", {0, 1}, 1, 2400);  // must have been 409
+  EXPECT_EQ(rules(), rules_t{"ack_stole_key"});
+  h_.settles.back().result = o::rejected;
+  EXPECT_EQ(rules(), rules_t{});
 }
 
 TEST_F(checker, a_nack_without_answer_may_have_released_the_lease) {
