@@ -74,8 +74,8 @@ void server_process::start() {
   stop_reader();
 
   const std::string binary = opts_.onceqd_path.empty() ? ONCEQD_PATH : opts_.onceqd_path;
-  std::vector<std::string> args = {binary,     "--listen", "127.0.0.1:0", "--data-dir",
-                                   data_dir_,   "--fsync",  opts_.fsync};
+  std::vector<std::string> args = {binary,    "--listen", "127.0.0.1:0", "--data-dir",
+                                   data_dir_, "--fsync",  opts_.fsync};
   args.insert(args.end(), opts_.extra_args.begin(), opts_.extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
