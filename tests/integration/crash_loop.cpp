@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -54,6 +55,11 @@ struct config {
   int kill_max_ms = 1200;
   int produce_pause_ms = 10;  // per producer, between keys
   int drain_limit_s = 60;
+  // Fault injection, to show that the harness catches lost writes: at this
+  // kill, copy the (dead) server's data directory; two kills later, put the
+  // copy back, as a storage that silently lost its recent writes would.
+  // 0 = off.
+  int rollback_at_kill = 0;
 };
 
 millis now_ms() {
@@ -417,11 +423,13 @@ std::optional<config> parse_args(int argc, char** argv) {
       c.produce_pause_ms = std::stoi(value());
     } else if (a == "--drain-limit") {
       c.drain_limit_s = std::stoi(value());
+    } else if (a == "--rollback-at-kill") {
+      c.rollback_at_kill = std::stoi(value());
     } else {
       std::cerr << "crash_loop: unknown flag " << a
                 << "\nflags: --kills N --seed S --data-dir DIR --onceqd PATH --duration-limit SEC"
                    " --producers N --consumers N --kill-min-ms MS --kill-max-ms MS"
-                   " --produce-pause-ms MS --drain-limit SEC\n";
+                   " --produce-pause-ms MS --drain-limit SEC --rollback-at-kill K\n";
       return std::nullopt;
     }
   }
@@ -506,6 +514,20 @@ int run(const config& cfg) {
     server->kill9();
     ++kills;
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 100));
+    if (cfg.rollback_at_kill > 0) {
+      namespace fs = std::filesystem;
+      const fs::path data = server->data_dir();
+      const fs::path copy = data.string() + ".rollback";
+      if (kills == cfg.rollback_at_kill) {
+        fs::remove_all(copy);
+        fs::copy(data, copy, fs::copy_options::recursive);
+      } else if (kills == cfg.rollback_at_kill + 2) {
+        fs::remove_all(data);
+        fs::rename(copy, data);
+        std::cerr << "crash_loop: rolled " << data << " back to its copy of kill "
+                  << cfg.rollback_at_kill << " (fault injection)\n";
+      }
+    }
     if (!restart()) break;
     if (kills % 25 == 0) {
       std::cerr << "crash_loop: " << kills << " kills, " << static_cast<int>(elapsed_s()) << " s\n";
