@@ -44,9 +44,9 @@ server_process::server_process() : server_process(options{}) {}
 
 server_process::server_process(options opts) : opts_(std::move(opts)) {
   root_ = make_temp_root();
-  data_dir_ = root_ + "/data";
+  data_dir_ = opts_.data_dir.empty() ? root_ + "/data" : opts_.data_dir;
   log_path_ = root_ + "/server.log";
-  std::filesystem::create_directory(data_dir_);
+  std::filesystem::create_directories(data_dir_);
   try {
     start();
   } catch (...) {
@@ -73,8 +73,9 @@ void server_process::start() {
   if (running()) throw std::logic_error("server_process::start: already running");
   stop_reader();
 
-  std::vector<std::string> args = {ONCEQD_PATH, "--listen", "127.0.0.1:0", "--data-dir",
-                                   data_dir_,   "--fsync",  opts_.fsync};
+  const std::string binary = opts_.onceqd_path.empty() ? ONCEQD_PATH : opts_.onceqd_path;
+  std::vector<std::string> args = {binary,    "--listen", "127.0.0.1:0", "--data-dir",
+                                   data_dir_, "--fsync",  opts_.fsync};
   args.insert(args.end(), opts_.extra_args.begin(), opts_.extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -26,6 +26,11 @@ class server_process {
   struct options {
     std::string fsync = "always";         // --fsync
     std::vector<std::string> extra_args;  // appended to the command line
+    // The server binary; "" = the build's onceqd (ONCEQD_PATH).
+    std::string onceqd_path;
+    // The data directory, created if missing and kept afterwards; "" = a
+    // fresh one inside the temp root (removed with it).
+    std::string data_dir;
   };
 
   // Creates the temp directory and starts the server; throws
