@@ -146,6 +146,7 @@ void produce(api_client& c, const produce_options& o, std::istream& in, std::uin
   json pending = json::array();
   auto flush = [&] {
     if (pending.empty()) return;
+    const std::size_t n = pending.size();  // pending is moved into the request
     try {
       if (o.batch == 1) {
         auto r = p.send_one(std::move(pending[0]));
@@ -160,7 +161,7 @@ void produce(api_client& c, const produce_options& o, std::istream& in, std::uin
       // Say where to resume: the lines before this request are stored.
       throw cli_error(e.code(), fmt::format("{} (after {} messages produced)", e.what(), produced));
     }
-    produced += pending.size();
+    produced += n;
     pending = json::array();
     bar.set(by_bytes ? bytes : produced);
   };
