@@ -137,8 +137,7 @@ void produce(api_client& c, const produce_options& o, std::istream& in, std::uin
 
   // stdin: one message per non-empty line (the API refuses empty values).
   const bool by_bytes = in_size > 0;
-  progress_bar bar("produce", in_size, by_bytes ? "bytes" : "msgs");
-  if (t.stdout_tty) bar.finish();  // the summary and the bar would share the terminal
+  progress_bar bar("produce", in_size, by_bytes ? "bytes" : "msgs", t.stderr_tty);
   std::uint64_t bytes = 0;
   std::size_t produced = 0;
   std::size_t duplicates = 0;
@@ -187,8 +186,8 @@ void consume(api_client& c, const consume_options& o, const terminal& t, std::os
   if (o.max < 0) throw cli_error(exit_code::usage, "--max must be >= 0");
   const std::int64_t first_wait = o.wait_ms.value_or(o.follow ? k_follow_wait_ms : 0);
   // A bar under a table on the same terminal would tear the table apart.
-  progress_bar bar("consume", static_cast<std::uint64_t>(o.max), "msgs");
-  if (o.max == 0 || t.stdout_tty) bar.finish();
+  progress_bar bar("consume", static_cast<std::uint64_t>(o.max), "msgs",
+                   o.max > 0 && t.stderr_tty && !t.stdout_tty);
 
   bool header_printed = false;
   std::int64_t received = 0;

@@ -1,7 +1,5 @@
 #include "cmd/cli/progress.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -14,11 +12,11 @@ constexpr auto k_redraw = std::chrono::milliseconds(100);
 constexpr int k_bar_width = 30;
 }  // namespace
 
-progress_bar::progress_bar(std::string label, std::uint64_t total, std::string unit)
+progress_bar::progress_bar(std::string label, std::uint64_t total, std::string unit, bool enabled)
     : label_(std::move(label)),
       total_(total),
       unit_(std::move(unit)),
-      enabled_(isatty(STDERR_FILENO) == 1),
+      enabled_(enabled),
       start_(std::chrono::steady_clock::now()) {}
 
 progress_bar::~progress_bar() {

@@ -1,8 +1,9 @@
 #pragma once
 
-// A one-line progress bar on stderr, redrawn at most every 100 ms, only
-// when stderr is a terminal (so logs and pipes never see it). With an
-// unknown total it shows a count and a rate instead of a bar.
+// A one-line progress bar on stderr, redrawn at most every 100 ms. The
+// caller enables it only when stderr is a terminal (terminal::stderr_tty),
+// so logs and pipes never see it. With an unknown total it shows a count
+// and a rate instead of a bar.
 //
 // Thread safety: none.
 
@@ -14,8 +15,9 @@ namespace onceq::cli {
 
 class progress_bar {
  public:
-  // total 0: unknown. unit: what is counted ("msgs", "bytes").
-  progress_bar(std::string label, std::uint64_t total, std::string unit);
+  // total 0: unknown. unit: what is counted ("msgs", "bytes"). Disabled,
+  // it draws nothing.
+  progress_bar(std::string label, std::uint64_t total, std::string unit, bool enabled);
   ~progress_bar();  // finish()
   progress_bar(const progress_bar&) = delete;
   progress_bar& operator=(const progress_bar&) = delete;
