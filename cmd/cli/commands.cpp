@@ -101,8 +101,9 @@ void topics_create(api_client& c, const topic_create_options& o, std::ostream& o
   if (o.partitions) body["partitions"] = *o.partitions;
   for (const auto& [name, value] : o.settings) body[name] = value;
   auto r = c.call("POST", "/v1/topics", &body);
-  out << fmt::format("created topic {} ({} partitions)\n", r.value("name", o.name),
-                     r.value("partitions", 0));
+  const auto n = r.value("partitions", 0);
+  out << fmt::format("created topic {} ({} partition{})\n", r.value("name", o.name), n,
+                     n == 1 ? "" : "s");
 }
 
 void topics_list(api_client& c, std::ostream& out) {
