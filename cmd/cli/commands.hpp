@@ -1,0 +1,103 @@
+#pragma once
+
+// The CLI's verbs, one function each: options in, HTTP calls through
+// api_client, text out. main() only parses flags into these structs, so
+// the verbs know nothing of CLI11.
+//
+// Errors: every verb throws cli_error (see exit_code.hpp); an error answer
+// of the server becomes "CODE: message" with the exit code of its class.
+
+#include <cstdint>
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cmd/cli/api_client.hpp"
+
+namespace onceq::cli {
+
+// Where the output goes and what it is attached to: a terminal gets tables
+// and progress bars, anything else gets machine-readable text.
+struct terminal {
+  bool stdout_tty = false;
+  bool stderr_tty = false;
+};
+
+struct topic_create_options {
+  std::string name;
+  std::optional<std::int64_t> partitions;
+  // ("lease_ms", 1000), ...: only the settings given on the command line,
+  // so the server's defaults apply to the rest.
+  std::vector<std::pair<std::string, std::int64_t>> settings;
+};
+void topics_create(api_client& c, const topic_create_options& o, std::ostream& out);
+void topics_list(api_client& c, std::ostream& out);
+void topics_show(api_client& c, const std::string& name, const terminal& t, std::ostream& out);
+void topics_delete(api_client& c, const std::string& name, std::ostream& out);
+
+struct produce_options {
+  std::string topic;
+  std::vector<std::string> values;  // empty: one message per stdin line
+  std::optional<std::string> key;
+  std::optional<std::string> idempotency_key;  // envelope.idempotency_key
+  // envelope.msg_id; with several messages, message i gets "<msg_id>#<i>"
+  // so that a re-run of the same input is deduplicated message by message.
+  std::optional<std::string> msg_id;
+  std::optional<std::string> envelope;  // a JSON object, the base envelope
+  int batch = 1;                        // stdin lines per request, 1..1000
+};
+// in_size: stdin's size in bytes when it is a regular file (for the
+// progress bar), else 0.
+void produce(api_client& c, const produce_options& o, std::istream& in, std::uint64_t in_size,
+             const terminal& t, std::ostream& out);
+
+struct consume_options {
+  std::string topic;
+  std::string group;
+  std::string owner;
+  std::int64_t max = 0;                 // 0 = no limit
+  std::optional<std::int64_t> wait_ms;  // default: 0, or 5000 with follow
+  std::optional<std::int64_t> lease_ms;
+  bool follow = false;
+  bool ack = false;
+};
+// Without follow: leases what is available (waiting up to wait_ms for the
+// first message) and stops at the first empty batch or at max. With
+// follow: long-polls until SIGINT or max.
+void consume(api_client& c, const consume_options& o, const terminal& t, std::ostream& out);
+
+struct delivery_options {
+  std::string topic;
+  std::string group;
+  std::string owner;
+  std::int64_t partition = 0;
+  std::int64_t offset = 0;
+  std::optional<std::int64_t> attempts;
+  std::optional<std::string> result;     // ack: JSON
+  std::optional<std::string> reason;     // nack
+  std::optional<std::int64_t> delay_ms;  // nack
+  std::optional<std::int64_t> lease_ms;  // extend (required there)
+};
+void ack(api_client& c, const delivery_options& o, std::ostream& out);
+void nack(api_client& c, const delivery_options& o, std::ostream& out);
+void extend(api_client& c, const delivery_options& o, std::ostream& out);
+
+struct key_options {
+  std::string topic;
+  std::string group;
+  std::string key;
+  std::optional<std::string> tenant_id;
+  std::optional<std::int64_t> wait_ms;
+};
+void keys_get(api_client& c, const key_options& o, const terminal& t, std::ostream& out);
+
+void dlq_redrive(api_client& c, const std::string& topic, std::optional<std::int64_t> max,
+                 std::ostream& out);
+
+// One topic, or every topic when topic is empty.
+void stats(api_client& c, const std::string& topic, std::ostream& out);
+
+}  // namespace onceq::cli
