@@ -6,6 +6,9 @@ namespace onceq::storage {
 namespace {
 
 constexpr std::uint8_t k_format_version = 1;
+// Topic records with the backpressure settings (max_backlog_*, max_inflight)
+// are version 2; version 1 records (written before) decode with defaults.
+constexpr std::uint8_t k_topic_version = 2;
 
 void put_be32(std::string& out, std::uint32_t v) {
   for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
@@ -28,6 +31,10 @@ std::uint64_t get_be64(std::string_view s) {
 class writer {
  public:
   writer() { out_.push_back(static_cast<char>(k_format_version)); }
+  struct versioned {
+    std::uint8_t v;
+  };
+  explicit writer(versioned v) { out_.push_back(static_cast<char>(v.v)); }
   explicit writer(millis expires_at) {
     fixed64(static_cast<std::uint64_t>(expires_at));
     out_.push_back(static_cast<char>(k_format_version));
@@ -108,8 +115,11 @@ class reader {
     std::uint8_t v;
     return byte(v) && v == k_format_version;
   }
+  // Accepts versions lo..hi and says which one it read.
+  bool version_in(std::uint8_t lo, std::uint8_t hi, std::uint8_t& v) {
+    return byte(v) && v >= lo && v <= hi;
+  }
   bool ok() const { return ok_; }
-  bool at_end() const { return in_.empty(); }
 
  private:
   bool fail() {
@@ -262,7 +272,7 @@ result<std::uint32_t> parse_partition_start(std::string_view key) {
 }  // namespace keys
 
 std::string encode(const topic_record& r) {
-  writer w;
+  writer w(writer::versioned{k_topic_version});
   w.varint(r.id);
   w.str(r.name);
   w.varint(r.partitions);
@@ -275,7 +285,7 @@ std::string encode(const topic_record& r) {
   w.svarint(s.dedup_window_ms);
   w.svarint(s.retention_ms);
   w.svarint(r.created_at_ms);
-  // Fields added after format 1 shipped: appended, read when present.
+  // Version 2.
   w.svarint(s.max_backlog_messages);
   w.svarint(s.max_backlog_bytes);
   w.svarint(s.max_inflight);
@@ -286,13 +296,15 @@ result<topic_record> decode_topic(std::string_view v) {
   reader r(v);
   topic_record t;
   auto& s = t.settings;
-  if (!(r.version() && r.uvar(t.id) && r.str(t.name) && r.uvar(t.partitions) &&
+  std::uint8_t version = 0;
+  if (!(r.version_in(k_format_version, k_topic_version, version) && r.uvar(t.id) &&
+        r.str(t.name) && r.uvar(t.partitions) &&
         r.svarint(s.lease_ms) && r.svarint(s.max_attempts) && r.svarint(s.backoff_ms) &&
         r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) && r.svarint(s.dedup_window_ms) &&
         r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
     return corrupt("topic");
-  if (!r.at_end() && !(r.svarint(s.max_backlog_messages) && r.svarint(s.max_backlog_bytes) &&
-                       r.svarint(s.max_inflight)))
+  if (version >= 2 && !(r.svarint(s.max_backlog_messages) && r.svarint(s.max_backlog_bytes) &&
+                        r.svarint(s.max_inflight)))
     return corrupt("topic");
   return t;
 }

@@ -46,6 +46,36 @@ TEST(schema, topic_round_trip) {
   expect_rejects_truncations(encode(t), decode_topic);
 }
 
+TEST(schema, topic_backpressure_settings_round_trip) {
+  topic_record t;
+  t.name = "capped";
+  t.settings.max_backlog_messages = 1000;
+  t.settings.max_backlog_bytes = 1 << 20;
+  t.settings.max_inflight = 7;
+  auto r = decode_topic(encode(t));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->settings, t.settings);
+  expect_rejects_truncations(encode(t), decode_topic);
+}
+
+TEST(schema, version_1_topic_records_decode_with_default_limits) {
+  // A topic record as written before the backpressure settings existed.
+  topic_record t;
+  t.id = 3;
+  t.name = "old";
+  t.settings.max_backlog_messages = 5;  // not in a version 1 record
+  auto v2 = encode(t);
+  // Version 1 = version 2 without its last three varints (one byte each
+  // here: 5, 0, 0) and with version byte 1.
+  std::string v1 = v2.substr(0, v2.size() - 3);
+  v1[0] = 1;
+  auto r = decode_topic(v1);
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->name, "old");
+  EXPECT_EQ(r->settings.max_backlog_messages, 0);
+  EXPECT_EQ(r->settings.max_inflight, 0);
+}
+
 TEST(schema, topic_defaults_round_trip) {
   topic_record t;
   auto r = decode_topic(encode(t));
