@@ -332,6 +332,7 @@ struct rocksdb_store::impl {
   // close and reopen db_. Guards synced_writes_.
   std::mutex db_mu_;
   std::uint64_t synced_writes_ = 0;
+  bool sync_failed_ = false;  // a SyncWAL failed; cleared by resume() (db_mu_)
 
   rocksdb::ColumnFamilyHandle* cf(column c) const { return cfs_[static_cast<int>(c)]; }
 
@@ -381,18 +382,27 @@ struct rocksdb_store::impl {
 
   // ---- syncer -----------------------------------------------------------
 
-  // Makes every write that returned before this call durable, or fails
-  // while the store is not writable (callbacks of writes made just before a
-  // fault fail too: their data may be gone, so nothing is promised).
+  // Makes every write that returned before this call durable. It syncs even
+  // while the store refuses writes: a fault from a flush or compaction (disk
+  // full) leaves the WAL working, and writes that reached it before the fault
+  // are then answered as what they are, durable; only a failed sync itself
+  // fails them. With every write synced it succeeds at once, so reads
+  // (GET /v1/keys, /metrics) keep being answered during a fault without ever
+  // showing a state that is not durable.
   result<void> sync_wal() {
     std::lock_guard lk(db_mu_);
-    if (!writable_.load(std::memory_order_acquire)) return fault_error();
     const std::uint64_t seen = writes_.load(std::memory_order_acquire);
     if (seen == synced_writes_) return {};
+    if (!db_) return fault_error();  // a reopen failed: nothing can be synced
+    // After a failed fsync a later one may "succeed" over pages the kernel
+    // already dropped (PostgreSQL's fsyncgate): nothing is promised again
+    // until resume() has made the data durable another way.
+    if (sync_failed_) return fault_error();
     const auto started = std::chrono::steady_clock::now();
     const rocksdb::Status s = db_->SyncWAL();
     stats_.observe(std::chrono::steady_clock::now() - started);
     if (!s.ok()) {
+      sync_failed_ = true;
       set_fault("wal sync failed: " + s.ToString());
       return fault_error();
     }
@@ -486,6 +496,7 @@ struct rocksdb_store::impl {
         if (s.ok()) s = db_->SyncWAL();
         if (s.ok()) {
           synced_writes_ = writes_.load(std::memory_order_acquire);
+          sync_failed_ = false;
           clear_fault("resumed in place");
           return resume_outcome::resumed;
         }
@@ -510,6 +521,7 @@ struct rocksdb_store::impl {
       return fault_error();
     }
     synced_writes_ = writes_.load(std::memory_order_acquire);
+    sync_failed_ = false;
     clear_fault("reopened");
     return resume_outcome::reopened;
   }
@@ -794,13 +806,9 @@ result<std::string> rocksdb_store::last_key(column c, std::string_view begin,
 
 void rocksdb_store::when_durable(std::function<void(result<void>)> done) {
   if (p_->opts_.fsync.kind != fsync_policy::mode::always) {
-    // The policy does not wait for the disk; while not writable (a failed
-    // write or sync) nothing can be promised.
-    if (!p_->writable_.load(std::memory_order_acquire)) {
-      done(p_->fault_error());
-    } else {
-      done({});
-    }
+    // The policy does not wait for the disk, and promises nothing more
+    // during a fault: writes are refused then, reads are answered.
+    done({});
     return;
   }
   {

@@ -84,10 +84,12 @@ TEST_F(disk_full_test, writes_answer_503_until_space_is_back_then_recover_by_the
     EXPECT_NE(health.json().value("reason", ""), "");
   }
   auto metrics = client().get("/metrics");
-  EXPECT_EQ(metrics.status, 200u);
+  EXPECT_EQ(metrics.status, 200u) << metrics.body.substr(0, 400);
   EXPECT_NE(metrics.body.find("\nonceq_storage_writable 0\n"), std::string::npos);
-  EXPECT_EQ(client().get("/v1/topics").status, 200u);
-  EXPECT_EQ(client().get("/v1/keys?topic=t&group=g&key=k1").status, 200u);
+  auto topics = client().get("/v1/topics");
+  EXPECT_EQ(topics.status, 200u) << topics.body;
+  auto key = client().get("/v1/keys?topic=t&group=g&key=k1");
+  EXPECT_EQ(key.status, 200u) << key.body;
 
   ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", MS_REMOUNT, "size=300M"), 0)
       << std::strerror(errno);
