@@ -70,17 +70,22 @@ std::string usage() {
       "  --wal-prezero-kb N       zeros kept written ahead of the WAL's end, KiB; 0 is off\n"
       "                           (default {})\n"
       "  --shutdown-grace-ms N    at SIGTERM, how long open requests may finish (default {})\n"
+      "  --max-connections N      connections past this are closed at accept (default {})\n"
+      "  --header-timeout-ms N    a request header block must arrive within this (default {})\n"
+      "  --tls-cert FILE          serve HTTPS: PEM certificate chain (needs --tls-key)\n"
+      "  --tls-key FILE           PEM private key of --tls-cert\n"
       "  --help                   print this and exit\n"
       "  --version                print the version and exit\n"
       "\n"
       "On start, once ready, prints one line: onceqd listening on <host>:<port>\n"
-      "SIGTERM or SIGINT shuts down cleanly (exit 0). Bad flags exit 2; a storage\n"
-      "or listen failure exits 1.\n",
+      "SIGTERM or SIGINT shuts down cleanly (exit 0). Bad flags or TLS files exit 2;\n"
+      "a storage or listen failure exits 1.\n",
       d.http.host, d.http.port, d.storage.data_dir, d.storage.fsync.to_string(), d.http.threads,
       d.http.max_body_bytes, d.http.max_header_bytes, d.http.idle_timeout_ms,
       d.http.max_queue_depth, d.http.topic_defaults.lease_ms, d.storage.block_cache_bytes >> 20,
       d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20,
-      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms);
+      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms, d.http.max_connections,
+      d.http.header_timeout_ms);
 }
 
 result<config> parse_args(const std::vector<std::string_view>& args) {
@@ -117,7 +122,8 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
           flag == "--idle-timeout-ms" || flag == "--max-queue" || flag == "--default-lease-ms" ||
           flag == "--block-cache-mb" || flag == "--write-buffer-mb" ||
           flag == "--message-cache-mb" || flag == "--wal-prezero-kb" ||
-          flag == "--shutdown-grace-ms") {
+          flag == "--shutdown-grace-ms" || flag == "--max-connections" ||
+          flag == "--header-timeout-ms" || flag == "--tls-cert" || flag == "--tls-key") {
         return bad_flag(flag, "needs a value");
       }
     }
@@ -185,9 +191,24 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
       auto v = number(0, k_max);
       if (!v.ok()) return std::move(v).err();
       c.shutdown_grace_ms = *v;
+    } else if (flag == "--max-connections") {
+      auto v = number(1, 10'000'000);
+      if (!v.ok()) return std::move(v).err();
+      c.http.max_connections = static_cast<std::size_t>(*v);
+    } else if (flag == "--header-timeout-ms") {
+      auto v = number(1, k_max);
+      if (!v.ok()) return std::move(v).err();
+      c.http.header_timeout_ms = *v;
+    } else if (flag == "--tls-cert" || flag == "--tls-key") {
+      if (value.empty()) return bad_flag(flag, "needs a file");
+      (flag == "--tls-cert" ? c.http.tls_cert_file : c.http.tls_key_file) = std::string(value);
     } else {
       return make_error(errc::invalid_argument, fmt::format("unknown flag '{}'", flag));
     }
+  }
+  if (c.http.tls_cert_file.empty() != c.http.tls_key_file.empty()) {
+    return bad_flag(c.http.tls_cert_file.empty() ? "--tls-key" : "--tls-cert",
+                    "needs both --tls-cert and --tls-key");
   }
   return c;
 }
