@@ -79,23 +79,27 @@ result<std::shared_ptr<ssl::context>> make_tls_context(const std::string& cert_f
   // An encrypted key fails to load instead of prompting on the terminal.
   ctx->set_password_callback(
       [](std::size_t, ssl::context::password_purpose) { return std::string(); }, ec);
-  ctx->use_certificate_chain_file(cert_file, ec);
-  if (ec) {
-    return make_error(
-        errc::invalid_argument,
-        fmt::format("cannot load the TLS certificate chain from '{}': {}", cert_file, reason(ec)));
-  }
+  // The key first: loaded second, a key that does not match the
+  // certificate fails with a bare "key values mismatch"; loaded first, the
+  // certificate replaces it and the check below names both files.
   ctx->use_private_key_file(key_file, ssl::context::pem, ec);
   if (ec) {
     return make_error(
         errc::invalid_argument,
         fmt::format("cannot load the TLS private key from '{}': {}", key_file, reason(ec)));
   }
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("cannot load the TLS certificate chain from '{}': {}", cert_file, reason(ec)));
+  }
   if (SSL_CTX_check_private_key(native) != 1) {
-    return make_error(errc::invalid_argument,
-                      fmt::format("the TLS private key in '{}' does not match the certificate in "
-                                  "'{}': {}",
-                                  key_file, cert_file, reason(ec)));
+    ERR_clear_error();  // ("no private key assigned": the certificate dropped it)
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("the TLS private key in '{}' does not match the certificate in '{}'", key_file,
+                    cert_file));
   }
   return ctx;
 }

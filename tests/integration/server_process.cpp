@@ -164,7 +164,8 @@ void server_process::start() {
   // Wait for /v1/healthz to answer 200.
   for (;;) {
     try {
-      http_client client(port_, std::chrono::seconds(2));
+      auto client = opts_.tls ? http_client(port_, tls_client_options{}, std::chrono::seconds(2))
+                              : http_client(port_, std::chrono::seconds(2));
       if (client.get("/v1/healthz").status == 200) return;
     } catch (const std::exception&) {
       // not ready yet

@@ -26,6 +26,7 @@ class server_process {
   struct options {
     std::string fsync = "always";         // --fsync
     std::vector<std::string> extra_args;  // appended to the command line
+    bool tls = false;  // extra_args make it serve HTTPS: check readiness over TLS
   };
 
   // Creates the temp directory and starts the server; throws
