@@ -78,19 +78,25 @@ std::string usage() {
       "  --wal-prezero-kb N       zeros kept written ahead of the WAL's end, KiB; 0 is off\n"
       "                           (default {})\n"
       "  --shutdown-grace-ms N    at SIGTERM, how long open requests may finish (default {})\n"
+      "  --max-connections N      connections past this are closed at accept (default {})\n"
+      "  --header-timeout-ms N    a request header block must arrive within this (default {})\n"
+      "  --tls-cert FILE          serve HTTPS: PEM certificate chain (needs --tls-key)\n"
+      "  --tls-key FILE           PEM private key of --tls-cert\n"
       "  --help                   print this and exit\n"
       "  --version                print the version and exit\n"
       "\n"
       "On start, once ready, prints one line: onceqd listening on <host>:<port>\n"
       "SIGTERM or SIGINT shuts down cleanly (exit 0); SIGHUP rereads --auth-file.\n"
-      "Bad flags or a bad auth file exit 2; a storage or listen failure exits 1.\n",
+      "Bad flags, a bad auth file or bad TLS files exit 2; a storage or listen\n"
+      "failure exits 1.\n",
       d.http.host, d.http.port, d.storage.data_dir, d.storage.fsync.to_string(), d.http.threads,
       d.http.max_body_bytes, d.http.max_header_bytes, d.http.idle_timeout_ms,
       d.http.max_queue_depth, d.http.topic_defaults.lease_ms,
       d.http.topic_defaults.max_backlog_messages, d.http.topic_defaults.max_backlog_bytes,
       d.http.topic_defaults.max_inflight, d.storage.block_cache_bytes >> 20,
       d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20,
-      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms);
+      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms, d.http.max_connections,
+      d.http.header_timeout_ms);
 }
 
 result<config> parse_args(const std::vector<std::string_view>& args) {
@@ -128,7 +134,9 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
           flag == "--block-cache-mb" || flag == "--write-buffer-mb" ||
           flag == "--message-cache-mb" || flag == "--wal-prezero-kb" ||
           flag == "--shutdown-grace-ms" || flag == "--max-backlog-messages" ||
-          flag == "--max-backlog-bytes" || flag == "--max-inflight" || flag == "--auth-file") {
+          flag == "--max-backlog-bytes" || flag == "--max-inflight" || flag == "--auth-file" ||
+          flag == "--max-connections" || flag == "--header-timeout-ms" || flag == "--tls-cert" ||
+          flag == "--tls-key") {
         return bad_flag(flag, "needs a value");
       }
     }
@@ -211,9 +219,24 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
       auto v = number(0, k_max);
       if (!v.ok()) return std::move(v).err();
       c.shutdown_grace_ms = *v;
+    } else if (flag == "--max-connections") {
+      auto v = number(1, 10'000'000);
+      if (!v.ok()) return std::move(v).err();
+      c.http.max_connections = static_cast<std::size_t>(*v);
+    } else if (flag == "--header-timeout-ms") {
+      auto v = number(1, k_max);
+      if (!v.ok()) return std::move(v).err();
+      c.http.header_timeout_ms = *v;
+    } else if (flag == "--tls-cert" || flag == "--tls-key") {
+      if (value.empty()) return bad_flag(flag, "needs a file");
+      (flag == "--tls-cert" ? c.http.tls_cert_file : c.http.tls_key_file) = std::string(value);
     } else {
       return make_error(errc::invalid_argument, fmt::format("unknown flag '{}'", flag));
     }
+  }
+  if (c.http.tls_cert_file.empty() != c.http.tls_key_file.empty()) {
+    return bad_flag(c.http.tls_cert_file.empty() ? "--tls-key" : "--tls-cert",
+                    "needs both --tls-cert and --tls-key");
   }
   return c;
 }

@@ -24,6 +24,7 @@
 #include "http/auth.hpp"
 #include "http/router.hpp"
 #include "http/server.hpp"
+#include "http/tls.hpp"
 #include "onceq_commit.hpp"  // ONCEQ_COMMIT, generated at build time (cmake/commit.cmake)
 #include "storage/rocksdb/rocksdb_store.hpp"
 
@@ -73,6 +74,17 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   cfg.http.version = ONCEQ_VERSION;
   cfg.http.commit = ONCEQ_COMMIT;
 
+  // TLS files are checked before the store opens: a bad one is a usage error.
+  std::shared_ptr<asio::ssl::context> tls;
+  if (!cfg.http.tls_cert_file.empty()) {
+    auto made = http::make_tls_context(cfg.http.tls_cert_file, cfg.http.tls_key_file);
+    if (!made.ok()) {
+      fmt::print(stderr, "onceqd: {}\n", made.err().message);
+      return k_exit_usage;
+    }
+    tls = std::move(*made);
+  }
+
   // Declared first, destroyed last: the store's destructor may still run
   // durability callbacks that post to them (into the void once stopped).
   // One io_context per I/O thread (see http/server.hpp); the first also
@@ -105,7 +117,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
 
   http::router routes(run, clock, cfg.http, auth.get());
   {
-    http::server srv(io_ptrs, routes, cfg.http);
+    http::server srv(io_ptrs, routes, cfg.http, tls);
     auto bound = srv.listen();
     if (!bound.ok()) {
       fmt::print(stderr, "onceqd: {}\n", bound.err().message);

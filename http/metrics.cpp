@@ -68,6 +68,7 @@ std::uint64_t http_metrics::count(std::size_t route) const noexcept {
 
 void http_metrics::render(std::string& out) const {
   auto it = std::back_inserter(out);
+  render_connection_metrics(out, *connections_);
   append_family(out, "onceq_http_request_duration_seconds", "histogram",
                 "Time from a complete request to its answer, per route.");
   for (std::size_t r = 0; r < labels_.size(); ++r) {
@@ -184,6 +185,28 @@ void render_storage_metrics(std::string& out, const storage::store_health& h) {
                 "1 when the store accepts writes, 0 while a storage fault (disk full, I/O "
                 "error, read-only filesystem) keeps it from writing.");
   fmt::format_to(std::back_inserter(out), "onceq_storage_writable {}\n", h.writable ? 1 : 0);
+}
+
+void render_connection_metrics(std::string& out, const connection_stats& s) {
+  auto it = std::back_inserter(out);
+  constexpr auto relaxed = std::memory_order_relaxed;
+  append_family(out, "onceq_connections_open", "gauge", "Client connections open now.");
+  fmt::format_to(it, "onceq_connections_open {}\n", s.open.load(relaxed));
+  append_family(out, "onceq_connections_accepted_total", "counter",
+                "Client connections accepted and served.");
+  fmt::format_to(it, "onceq_connections_accepted_total {}\n", s.accepted.load(relaxed));
+  append_family(out, "onceq_connections_rejected_total", "counter",
+                "Client connections closed at accept because max_connections were open.");
+  fmt::format_to(it, "onceq_connections_rejected_total {}\n", s.rejected.load(relaxed));
+  append_family(out, "onceq_http_header_timeouts_total", "counter",
+                "Connections closed because a request header block did not arrive within "
+                "header_timeout_ms.");
+  fmt::format_to(it, "onceq_http_header_timeouts_total {}\n", s.header_timeouts.load(relaxed));
+  append_family(out, "onceq_tls_handshake_failures_total", "counter",
+                "TLS connections closed before a finished handshake (timeout, protocol or "
+                "cipher mismatch, plain HTTP on the TLS port).");
+  fmt::format_to(it, "onceq_tls_handshake_failures_total {}\n",
+                 s.tls_handshake_failures.load(relaxed));
 }
 
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {

@@ -20,6 +20,19 @@
 
 namespace onceq::http {
 
+// Counters of the listener and its connections, shared by the server, its
+// sessions and the /metrics renderer. Lock-free; any thread.
+struct connection_stats {
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> rejected{0};  // closed at accept: max_connections reached
+  std::atomic<std::int64_t> open{0};
+  std::atomic<std::uint64_t> header_timeouts{0};         // cut: header block not complete in time
+  std::atomic<std::uint64_t> tls_handshake_failures{0};  // incl. plain HTTP on the TLS port
+};
+
+// Appends onceq_connections_* and onceq_http_header_timeouts_total.
+void render_connection_metrics(std::string& out, const connection_stats& s);
+
 // Request latency and status counts per route label. observe() is
 // lock-free and may be called from any thread; render() reads a snapshot
 // that is consistent per bucket (not across buckets).
@@ -40,10 +53,16 @@ class http_metrics {
 
   std::uint64_t count(std::size_t route) const noexcept;
 
+  // The server's connection counters, rendered with the rest. The server
+  // updates them through a const router: they are shared, not state of
+  // this object.
+  connection_stats& connections() const noexcept { return *connections_; }
+
  private:
   struct series;
   std::vector<std::string> labels_;
   std::unique_ptr<series[]> series_;
+  std::unique_ptr<connection_stats> connections_ = std::make_unique<connection_stats>();
 };
 
 // Appends the onceq_* broker families for topics observed at now_ms.

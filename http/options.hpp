@@ -32,6 +32,23 @@ struct http_options {
   millis stream_poll_ms = 250;      // Default: 250 ms
   std::int64_t stream_batch = 100;  // Default: 100 messages per poll
 
+  // ---- Connections and TLS (http/server, http/session) ----
+  // Connections open past this are closed at accept
+  // (onceq_connections_rejected_total): a cap on file descriptors and
+  // per-connection memory, not on request rate.
+  std::size_t max_connections = 10'000;  // Default: 10,000
+  // A request's header block must be complete this long after the
+  // connection's start (after the TLS handshake) or, on a kept-alive
+  // connection, after the request's first byte; else the connection closes
+  // (onceq_http_header_timeouts_total). Idle time between requests is
+  // idle_timeout_ms; a body has idle_timeout_ms per read.
+  millis header_timeout_ms = 10'000;  // Default: 10 s
+  // HTTPS on the listener when tls_cert_file is set (PEM certificate chain
+  // and PEM private key; cmd/ loads them with make_tls_context).
+  std::string tls_cert_file;                 // Default: none: plain HTTP
+  std::string tls_key_file;                  // Default: none
+  millis tls_handshake_timeout_ms = 10'000;  // Default: 10 s from accept to a finished handshake
+
   // Settings of a topic created without them (POST /v1/topics).
   topic_settings topic_defaults;  // Default: the spec's (lease_ms 30000, ...)
 

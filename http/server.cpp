@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
 
 #include "http/session.hpp"
 #include "http/session_registry.hpp"
@@ -18,17 +19,20 @@
 namespace onceq::http {
 
 namespace {
+namespace beast = boost::beast;
 using asio::ip::tcp;
 constexpr auto k_tuple = asio::as_tuple(asio::use_awaitable);
 }  // namespace
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
-  impl(std::vector<asio::io_context*> contexts, bool one_thread_each, router& r, http_options opts)
+  impl(std::vector<asio::io_context*> contexts, bool one_thread_each, router& r, http_options opts,
+       std::shared_ptr<asio::ssl::context> tls)
       : ioc(*contexts.at(0)),
         pool(std::move(contexts)),
         pooled(one_thread_each),
         rt(r),
-        registry(std::make_shared<session_registry>(std::move(opts))),
+        registry(std::make_shared<session_registry>(std::move(opts), r.metrics().connections(),
+                                                    std::move(tls))),
         strand(asio::make_strand(ioc)),
         acceptor(strand) {}
 
@@ -52,8 +56,17 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       }
       if (registry->stopping()) break;
       beast::error_code ignored;
+      auto& stats = registry->stats();
+      // Only this loop adds sessions, so the count cannot overshoot.
+      if (static_cast<std::size_t>(stats.open.load(std::memory_order_relaxed)) >=
+          registry->options().max_connections) {
+        stats.rejected.fetch_add(1, std::memory_order_relaxed);
+        socket.close(ignored);
+        continue;
+      }
+      stats.accepted.fetch_add(1, std::memory_order_relaxed);
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<session>(std::move(socket), rt, registry)->start();
+      start_session(std::move(socket), rt, registry);
     }
   }
 
@@ -67,11 +80,14 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   tcp::acceptor acceptor;
 };
 
-server::server(asio::io_context& ioc, router& r, http_options opts)
-    : p_(std::make_shared<impl>(std::vector<asio::io_context*>{&ioc}, false, r, std::move(opts))) {}
+server::server(asio::io_context& ioc, router& r, http_options opts,
+               std::shared_ptr<asio::ssl::context> tls)
+    : p_(std::make_shared<impl>(std::vector<asio::io_context*>{&ioc}, false, r, std::move(opts),
+                                std::move(tls))) {}
 
-server::server(std::vector<asio::io_context*> pool, router& r, http_options opts)
-    : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts))) {}
+server::server(std::vector<asio::io_context*> pool, router& r, http_options opts,
+               std::shared_ptr<asio::ssl::context> tls)
+    : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts), std::move(tls))) {}
 
 server::~server() {
   beast::error_code ec;

@@ -4,6 +4,10 @@
 // per connection (see session.hpp). Keeps a registry of live sessions so
 // that stop() can close the idle ones.
 //
+// Connections past http_options::max_connections are closed as soon as they
+// are accepted (onceq_connections_rejected_total): accepting them keeps the
+// listen backlog from filling with connections that would wait for nothing.
+//
 // Two layouts:
 // - one io_context, run on as many threads as you like: each session gets
 //   its own strand;
@@ -26,6 +30,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include "http/options.hpp"
 #include "http/router.hpp"
@@ -37,9 +42,13 @@ namespace asio = boost::asio;
 
 class server {
  public:
-  server(asio::io_context& ioc, router& r, http_options opts);
+  // tls: serve HTTPS with it (see make_tls_context in tls.hpp); null: plain
+  // HTTP. The connection counters go to r.metrics().connections().
+  server(asio::io_context& ioc, router& r, http_options opts,
+         std::shared_ptr<asio::ssl::context> tls = nullptr);
   // The pool layout: pool is not empty; pool[0] also runs the acceptor.
-  server(std::vector<asio::io_context*> pool, router& r, http_options opts);
+  server(std::vector<asio::io_context*> pool, router& r, http_options opts,
+         std::shared_ptr<asio::ssl::context> tls = nullptr);
   ~server();
   server(const server&) = delete;
   server& operator=(const server&) = delete;

@@ -1,25 +1,37 @@
 #include "http/session.hpp"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "http/request_id.hpp"
 
@@ -27,8 +39,10 @@ namespace onceq::http {
 
 namespace {
 
+namespace beast = boost::beast;
 using asio::use_awaitable;
 constexpr auto k_tuple = asio::as_tuple(use_awaitable);
+constexpr auto k_relaxed = std::memory_order_relaxed;
 
 // After a rejected request, how long and how much of the rest of it to read
 // and discard before closing, so that the client reads our answer instead
@@ -47,25 +61,67 @@ bool is_http_error(const beast::error_code& ec) {
   return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category();
 }
 
-}  // namespace
+using plain_stream = beast::tcp_stream;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
-session::session(asio::ip::tcp::socket socket, router& r,
-                 std::shared_ptr<session_registry> registry)
-    : registry_(std::move(registry)),
-      opts_(registry_->options()),
-      router_(r),
-      stream_(std::move(socket)) {}
+// One connection over Stream (plain_stream or tls_stream). The TLS-only
+// steps are `if constexpr (k_tls)`; everything else is the same code.
+template <class Stream>
+class basic_session final : public session,
+                            public std::enable_shared_from_this<basic_session<Stream>> {
+ public:
+  static constexpr bool k_tls = std::is_same_v<Stream, tls_stream>;
 
-session::~session() {
-  if (registered_) registry_->remove(id_);
-}
+  // stream_args: what Stream is constructed from (the socket; for TLS also
+  // the context).
+  template <class... StreamArgs>
+  basic_session(router& r, std::shared_ptr<session_registry> registry, StreamArgs&&... stream_args)
+      : registry_(std::move(registry)),
+        opts_(registry_->options()),
+        router_(r),
+        stream_(std::forward<StreamArgs>(stream_args)...) {}
 
-void session::start() {
-  id_ = registry_->add(weak_from_this());
+  ~basic_session() override {
+    if (registered_) registry_->remove(id_);
+  }
+
+  void start();
+  void shutdown() override;
+
+ private:
+  enum class handshake_result { ok, failed, answered_plain };
+
+  // The TCP layer: timeouts, shutdown and close apply here for both kinds.
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
+  asio::awaitable<handshake_result> handshake();
+  asio::awaitable<void> run();
+  asio::awaitable<bool> write(response& res);
+  asio::awaitable<void> send_stream(reply r);
+  asio::awaitable<void> watch_peer();
+  asio::awaitable<void> reject(const error& e, unsigned version, std::string request_id);
+  asio::awaitable<void> close(bool drain);
+
+  std::shared_ptr<session_registry> registry_;
+  const http_options& opts_;  // owned by registry_
+  router& router_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::uint64_t id_ = 0;
+  bool registered_ = false;
+  bool reading_ = false;    // waiting for a request: shutdown() closes at once
+  bool closing_ = false;    // close after the current answer
+  bool peer_gone_ = false;  // stream mode: the client closed its side
+  bool secured_ = false;    // TLS: the handshake finished
+};
+
+template <class Stream>
+void basic_session<Stream>::start() {
+  id_ = registry_->add(this->weak_from_this());
   registered_ = true;
   asio::co_spawn(
       stream_.get_executor(),
-      [self = shared_from_this()]() -> asio::awaitable<void> { co_await self->run(); },
+      [self = this->shared_from_this()]() -> asio::awaitable<void> { co_await self->run(); },
       [](std::exception_ptr e) {
         if (!e) return;
         try {
@@ -78,34 +134,105 @@ void session::start() {
       });
 }
 
-void session::shutdown() {
-  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+template <class Stream>
+void basic_session<Stream>::shutdown() {
+  asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
     self->closing_ = true;
     if (self->reading_) {
       beast::error_code ec;
-      self->stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-      self->stream_.close();
+      self->tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+      self->tcp().close();
     }
   });
 }
 
-asio::awaitable<void> session::run() {
+template <class Stream>
+asio::awaitable<typename basic_session<Stream>::handshake_result>
+basic_session<Stream>::handshake() {
+  auto& stats = registry_->stats();
+  // One deadline for the whole handshake, from accept.
+  tcp().expires_after(ms(opts_.tls_handshake_timeout_ms));
+  reading_ = true;
+  auto [dec, is_tls] = co_await beast::async_detect_ssl(tcp(), buffer_, k_tuple);
+  reading_ = false;
+  if (dec || closing_) {
+    stats.tls_handshake_failures.fetch_add(1, k_relaxed);
+    co_return handshake_result::failed;
+  }
+  if (!is_tls) {
+    // Plain HTTP on the TLS port: a readable answer beats a TLS alert the
+    // client cannot parse.
+    stats.tls_handshake_failures.fetch_add(1, k_relaxed);
+    response res = router_.error_response(
+        make_error(errc::invalid_argument,
+                   "this port speaks HTTPS (TLS); the request was plain HTTP"),
+        11, new_request_id());
+    res.keep_alive(false);
+    tcp().expires_after(ms(opts_.write_timeout_ms));
+    auto [wec, wn] = co_await bhttp::async_write(tcp(), res, k_tuple);
+    (void)wec;  // closing anyway
+    co_return handshake_result::answered_plain;
+  }
+  reading_ = true;
+  auto [hec, used] =
+      co_await stream_.async_handshake(asio::ssl::stream_base::server, buffer_.data(), k_tuple);
+  reading_ = false;
+  if (hec || closing_) {
+    stats.tls_handshake_failures.fetch_add(1, k_relaxed);
+    co_return handshake_result::failed;
+  }
+  buffer_.consume(used);
+  secured_ = true;
+  co_return handshake_result::ok;
+}
+
+template <class Stream>
+asio::awaitable<void> basic_session<Stream>::run() {
   bool drain = false;
+  if constexpr (k_tls) {
+    auto hs_op = handshake();
+    const handshake_result hs = co_await std::move(hs_op);
+    if (hs != handshake_result::ok) {
+      auto closed = close(hs == handshake_result::answered_plain);
+      co_await std::move(closed);
+      co_return;
+    }
+  }
+  bool first = true;
   while (!closing_ && !registry_->stopping()) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(opts_.max_body_bytes);
     parser.header_limit(static_cast<std::uint32_t>(opts_.max_header_bytes));
 
-    stream_.expires_after(ms(opts_.idle_timeout_ms));
     reading_ = true;
+    if (!first && buffer_.size() == 0) {
+      // Between requests on a kept-alive connection: idle_timeout_ms until
+      // the next request's first byte. Then header_timeout_ms for the rest
+      // of its header block, so that a client trickling a header (or
+      // sending half of one and stalling) cannot hold the connection for
+      // the idle timeout, let alone forever.
+      tcp().expires_after(ms(opts_.idle_timeout_ms));
+      auto [iec, in] = co_await stream_.async_read_some(
+          buffer_.prepare(beast::read_size(buffer_, k_max_read_bytes)), k_tuple);
+      if (iec) {
+        reading_ = false;
+        break;  // idle timeout, the client left, or shutdown: just close
+      }
+      buffer_.commit(in);
+    }
+    first = false;
+    tcp().expires_after(ms(opts_.header_timeout_ms));
     auto [ec, n] = co_await bhttp::async_read_header(stream_, buffer_, parser, k_tuple);
     reading_ = false;
+    if (ec == beast::error::timeout) {
+      registry_->stats().header_timeouts.fetch_add(1, k_relaxed);
+    }
 
     if (!ec && !parser.is_done()) {
       const auto& head = parser.get();
       if (head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue")) {
         static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
-        stream_.expires_after(ms(opts_.write_timeout_ms));
+        tcp().expires_after(ms(opts_.write_timeout_ms));
         auto [wec, wn] = co_await asio::async_write(
             stream_, asio::buffer(k_continue.data(), k_continue.size()), k_tuple);
         if (wec) break;
@@ -118,7 +245,7 @@ asio::awaitable<void> session::run() {
       if (auto len = parser.content_length(); len && *len > buffer_.capacity() - buffer_.size()) {
         buffer_.reserve(std::min<std::uint64_t>(*len, k_max_read_bytes) + buffer_.size());
       }
-      stream_.expires_after(ms(opts_.idle_timeout_ms));
+      tcp().expires_after(ms(opts_.idle_timeout_ms));
       auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, k_tuple);
       ec = bec;
     }
@@ -160,24 +287,31 @@ asio::awaitable<void> session::run() {
     }
     const bool keep = keep_alive && !closing_ && !registry_->stopping();
     r.res.keep_alive(keep);
-    if (!co_await write(r.res) || !keep) break;
+    auto written = write(r.res);
+    if (!co_await std::move(written) || !keep) break;
   }
-  co_await close(drain);
+  auto closed = close(drain);
+  co_await std::move(closed);
 }
 
-asio::awaitable<bool> session::write(response& res) {
-  stream_.expires_after(ms(opts_.write_timeout_ms));
+template <class Stream>
+asio::awaitable<bool> basic_session<Stream>::write(response& res) {
+  tcp().expires_after(ms(opts_.write_timeout_ms));
   auto [ec, n] = co_await bhttp::async_write(stream_, res, k_tuple);
   co_return !ec;
 }
 
-asio::awaitable<void> session::reject(const error& e, unsigned version, std::string request_id) {
+template <class Stream>
+asio::awaitable<void> basic_session<Stream>::reject(const error& e, unsigned version,
+                                                    std::string request_id) {
   response res = router_.error_response(e, version, request_id);
   res.keep_alive(false);
-  co_await write(res);
+  auto written = write(res);
+  co_await std::move(written);
 }
 
-asio::awaitable<void> session::send_stream(reply r) {
+template <class Stream>
+asio::awaitable<void> basic_session<Stream>::send_stream(reply r) {
   bhttp::response<bhttp::empty_body> head{r.res.result(), r.res.version()};
   for (const auto& f : r.res) head.set(f.name_string(), f.value());
   head.keep_alive(false);  // the connection ends with the stream
@@ -185,19 +319,24 @@ asio::awaitable<void> session::send_stream(reply r) {
   const bool chunked = head.version() >= 11;
   head.chunked(chunked);
   bhttp::response_serializer<bhttp::empty_body> sr{head};
-  stream_.expires_after(ms(opts_.write_timeout_ms));
+  tcp().expires_after(ms(opts_.write_timeout_ms));
   auto [ec, n] = co_await bhttp::async_write_header(stream_, sr, k_tuple);
   if (ec) co_return;
 
+  // The watcher's read must not time out: a stream may send nothing for
+  // long. tcp_stream arms a read's timer when the read starts, and a later
+  // expires_after() only moves the timers of operations not pending, so
+  // the writes below keep their own timeout.
+  tcp().expires_never();
   asio::co_spawn(
       stream_.get_executor(),
-      [self = shared_from_this()]() -> asio::awaitable<void> { co_await self->watch_peer(); },
+      [self = this->shared_from_this()]() -> asio::awaitable<void> { co_await self->watch_peer(); },
       asio::detached);
 
   std::string chunk = r.stream->take_initial();
   while (true) {
     if (!chunk.empty()) {
-      stream_.expires_after(ms(opts_.write_timeout_ms));
+      tcp().expires_after(ms(opts_.write_timeout_ms));
       beast::error_code wec;
       if (chunked) {
         auto body = bhttp::make_chunk(asio::buffer(chunk));
@@ -223,37 +362,75 @@ asio::awaitable<void> session::send_stream(reply r) {
     chunk = std::move(*next);
   }
   if (peer_gone_ || !chunked) co_return;
-  stream_.expires_after(ms(opts_.write_timeout_ms));
+  tcp().expires_after(ms(opts_.write_timeout_ms));
   auto last = bhttp::make_chunk_last();
   auto [lec, ln] = co_await asio::async_write(stream_, last, k_tuple);
   (void)lec;  // closing anyway
 }
 
-asio::awaitable<void> session::watch_peer() {
+template <class Stream>
+asio::awaitable<void> basic_session<Stream>::watch_peer() {
   // A streaming client sends nothing more; a read that ends means it left.
-  // Reads on the raw socket: the stream's timeout must not apply here.
+  // Plain: reads on the raw socket. TLS: through the TLS layer (records,
+  // close_notify), concurrently with the stream's writes, which Asio's SSL
+  // stream allows (one read and one write at a time).
   std::array<char, 1024> sink;
   while (true) {
-    auto [ec, n] = co_await stream_.socket().async_read_some(asio::buffer(sink), k_tuple);
+    beast::error_code ec;
+    if constexpr (k_tls) {
+      std::tie(ec, std::ignore) = co_await stream_.async_read_some(asio::buffer(sink), k_tuple);
+    } else {
+      std::tie(ec, std::ignore) =
+          co_await tcp().socket().async_read_some(asio::buffer(sink), k_tuple);
+    }
     if (ec) break;
   }
   peer_gone_ = true;
 }
 
-asio::awaitable<void> session::close(bool drain) {
+template <class Stream>
+asio::awaitable<void> basic_session<Stream>::close(bool drain) {
+  if constexpr (k_tls) {
+    if (secured_ && !peer_gone_ && tcp().socket().is_open()) {
+      // close_notify, so that the client can tell the end of a response
+      // that ends at the close (HTTP/1.0 streams) from a cut. One-way: we
+      // do not wait for the client's own close_notify (RFC 8446 6.1 allows
+      // it), which Asio's shutdown would otherwise wait for.
+      SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
+      tcp().expires_after(std::min(ms(opts_.write_timeout_ms), k_drain_time));
+      auto [sec] = co_await stream_.async_shutdown(k_tuple);
+      (void)sec;  // closing anyway
+    }
+  }
   beast::error_code ec;
-  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-  if (drain && stream_.socket().is_open()) {
+  tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  if (drain && tcp().socket().is_open()) {
+    // Raw bytes, also for TLS: the rest of the request is discarded unread.
     std::array<char, 8192> sink;
     std::size_t drained = 0;
-    stream_.expires_after(k_drain_time);
+    tcp().expires_after(k_drain_time);
     while (drained < k_drain_bytes) {
-      auto [rec, n] = co_await stream_.async_read_some(asio::buffer(sink), k_tuple);
+      auto [rec, n] = co_await tcp().async_read_some(asio::buffer(sink), k_tuple);
       if (rec) break;
       drained += n;
     }
   }
-  stream_.close();
+  tcp().close();
+}
+
+}  // namespace
+
+void start_session(asio::ip::tcp::socket socket, router& r,
+                   std::shared_ptr<session_registry> registry) {
+  if (asio::ssl::context* tls = registry->tls()) {
+    auto s = std::make_shared<basic_session<tls_stream>>(r, std::move(registry), std::move(socket),
+                                                         *tls);
+    s->start();
+  } else {
+    auto s =
+        std::make_shared<basic_session<plain_stream>>(r, std::move(registry), std::move(socket));
+    s->start();
+  }
 }
 
 }  // namespace onceq::http

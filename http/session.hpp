@@ -1,27 +1,30 @@
 #pragma once
 
-// One HTTP/1.1 connection: reads requests one after another (keep-alive;
-// pipelined requests are answered in order), hands each to the router and
-// writes its answer, or streams chunked NDJSON for a streamed consume.
+// One HTTP/1.1 connection, plain or TLS: reads requests one after another
+// (keep-alive; pipelined requests are answered in order), hands each to the
+// router and writes its answer, or streams chunked NDJSON for a streamed
+// consume. Plain and TLS sessions are one template over the stream type
+// (session.cpp), so they share every rule below.
 //
 // Limits (http_options): max_body_bytes -> 413 PAYLOAD_TOO_LARGE, then
-// close; max_header_bytes -> 400, then close; idle_timeout_ms between
-// requests and while a body arrives; write_timeout_ms per write. Malformed
-// HTTP gets 400 and the connection closes. "Expect: 100-continue" is
-// answered before the body is read.
+// close; max_header_bytes -> 400, then close; header_timeout_ms for a
+// request's header block (from the connection's start, or from the first
+// byte of a later request), then close without an answer; idle_timeout_ms
+// between requests and per read of a body; write_timeout_ms per write.
+// Malformed HTTP gets 400 and the connection closes. "Expect: 100-continue"
+// is answered before the body is read.
+//
+// TLS: the handshake has tls_handshake_timeout_ms from accept. A plain HTTP
+// request on the TLS port gets a plain 400 and the connection closes. A
+// closing TLS connection sends close_notify.
 //
 // Threading: everything runs on the session's strand (the socket's
 // executor); the router's runner calls complete back onto it. shutdown()
 // may be called from any thread.
 
-#include <cstdint>
 #include <memory>
-#include <string>
 
-#include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include "http/router.hpp"
 #include "http/session_registry.hpp"
@@ -29,40 +32,21 @@
 namespace onceq::http {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
 
-class session final : public std::enable_shared_from_this<session> {
+// What the registry sees of a live connection.
+class session {
  public:
-  session(asio::ip::tcp::socket socket, router& r, std::shared_ptr<session_registry> registry);
-  ~session();
-  session(const session&) = delete;
-  session& operator=(const session&) = delete;
-
-  // Registers with the registry and starts serving on the socket's executor.
-  void start();
+  virtual ~session() = default;
 
   // Closes the connection if it waits for a request; otherwise it closes
   // after the answer being prepared (a stream ends at its next poll).
-  void shutdown();
-
- private:
-  asio::awaitable<void> run();
-  asio::awaitable<bool> write(response& res);
-  asio::awaitable<void> send_stream(reply r);
-  asio::awaitable<void> watch_peer();
-  asio::awaitable<void> reject(const error& e, unsigned version, std::string request_id);
-  asio::awaitable<void> close(bool drain);
-
-  std::shared_ptr<session_registry> registry_;
-  const http_options& opts_;  // owned by registry_
-  router& router_;
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  std::uint64_t id_ = 0;
-  bool registered_ = false;
-  bool reading_ = false;    // waiting for a request: shutdown() closes at once
-  bool closing_ = false;    // close after the current answer
-  bool peer_gone_ = false;  // stream mode: the client closed its side
+  virtual void shutdown() = 0;
 };
+
+// Registers a session for the accepted socket (TLS when registry->tls() is
+// set) and starts serving it on the socket's executor. The session keeps
+// itself alive until its connection closes.
+void start_session(asio::ip::tcp::socket socket, router& r,
+                   std::shared_ptr<session_registry> registry);
 
 }  // namespace onceq::http

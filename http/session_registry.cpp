@@ -10,6 +10,7 @@ std::uint64_t session_registry::add(std::weak_ptr<session> s) {
   std::lock_guard lock(mu_);
   std::uint64_t id = ++next_id_;
   sessions_.emplace_back(id, std::move(s));
+  stats_.open.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
 
@@ -18,6 +19,7 @@ void session_registry::remove(std::uint64_t id) {
   auto it = std::find_if(sessions_.begin(), sessions_.end(),
                          [id](const auto& e) { return e.first == id; });
   if (it == sessions_.end()) return;
+  stats_.open.fetch_sub(1, std::memory_order_relaxed);
   *it = std::move(sessions_.back());
   sessions_.pop_back();
 }

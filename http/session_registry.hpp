@@ -1,8 +1,9 @@
 #pragma once
 
-// What sessions share with the server: the options, the "stopping" flag and
-// the set of live sessions (so that stop() can close the idle ones). Held by
-// shared_ptr, so sessions may outlive the server object.
+// What sessions share with the server: the options, the TLS context, the
+// connection counters, the "stopping" flag and the set of live sessions (so
+// that stop() can close the idle ones). Held by shared_ptr, so sessions may
+// outlive the server object.
 //
 // Thread safety: every member may be called from any thread.
 
@@ -13,7 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "http/metrics.hpp"
 #include "http/options.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace onceq::http {
 
@@ -21,10 +27,17 @@ class session;
 
 class session_registry {
  public:
-  explicit session_registry(http_options opts) : opts_(std::move(opts)) {}
+  // stats must outlive every session (it lives in the router's metrics);
+  // tls: null for plain HTTP.
+  session_registry(http_options opts, connection_stats& stats,
+                   std::shared_ptr<boost::asio::ssl::context> tls)
+      : opts_(std::move(opts)), stats_(stats), tls_(std::move(tls)) {}
 
   const http_options& options() const noexcept { return opts_; }
+  connection_stats& stats() const noexcept { return stats_; }
+  boost::asio::ssl::context* tls() const noexcept { return tls_.get(); }
 
+  // add() and remove() also keep stats().open.
   std::uint64_t add(std::weak_ptr<session> s);
   void remove(std::uint64_t id);
   std::size_t size() const;
@@ -35,6 +48,8 @@ class session_registry {
 
  private:
   const http_options opts_;
+  connection_stats& stats_;
+  const std::shared_ptr<boost::asio::ssl::context> tls_;
   mutable std::mutex mu_;
   std::uint64_t next_id_ = 0;
   std::vector<std::pair<std::uint64_t, std::weak_ptr<session>>> sessions_;

@@ -4,9 +4,14 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -90,7 +95,69 @@ header_list copy_headers(const Fields& fields) {
   return out;
 }
 
+std::shared_ptr<net::ssl::context> make_client_context(const tls_client_options& tls) {
+  auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_client);
+  if (tls.ca_file.empty()) {
+    ctx->set_verify_mode(net::ssl::verify_none);
+  } else {
+    ctx->load_verify_file(tls.ca_file);
+    ctx->set_verify_mode(net::ssl::verify_peer);
+  }
+  return ctx;
+}
+
 }  // namespace
+
+// One client connection, plain or TLS; the TLS layer runs over the
+// tcp_stream, which carries every timeout.
+struct client_connection {
+  client_connection(std::uint16_t p, const tls_client_options* tls_opts) : port(p) {
+    if (tls_opts != nullptr) {
+      ctx = make_client_context(*tls_opts);
+      verify = !tls_opts->ca_file.empty();
+    }
+  }
+
+  void open(std::chrono::milliseconds timeout) {
+    connect(ioc, tcp, port, timeout);
+    if (!ctx) return;
+    tls.emplace(tcp, *ctx);
+    if (verify) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls->native_handle()), "127.0.0.1");
+    tcp.expires_after(timeout);
+    auto ec = run_one(ioc, [&](auto handler) {
+      tls->async_handshake(net::ssl::stream_base::client, std::move(handler));
+    });
+    if (ec) {
+      close();
+      fail(ec, std::string("TLS handshake with 127.0.0.1:").append(std::to_string(port)));
+    }
+  }
+
+  // No close_notify: the tests do not need one and the server must cope.
+  void close() {
+    beast::error_code ignored;
+    tcp.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp.close();
+    tls.reset();
+  }
+
+  // Calls f with the stream to speak HTTP on.
+  template <class F>
+  void with_stream(F&& f) {
+    if (tls) {
+      f(*tls);
+    } else {
+      f(tcp);
+    }
+  }
+
+  net::io_context ioc;
+  beast::tcp_stream tcp{ioc};
+  std::shared_ptr<net::ssl::context> ctx;  // null: plain HTTP
+  bool verify = false;
+  std::optional<net::ssl::stream<beast::tcp_stream&>> tls;
+  std::uint16_t port;
+};
 
 std::string http_response::header(std::string_view name) const {
   for (const auto& [n, v] : headers) {
@@ -121,16 +188,18 @@ std::vector<nlohmann::json> http_response::ndjson() const {
 }
 
 struct http_client::impl {
-  explicit impl(std::uint16_t p) : port(p) {}
-  net::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  impl(std::uint16_t p, const tls_client_options* tls) : conn(p, tls) {}
+  client_connection conn;
   beast::flat_buffer buffer;
   bool connected = false;
-  std::uint16_t port;
 };
 
 http_client::http_client(std::uint16_t port, std::chrono::milliseconds timeout)
-    : impl_(std::make_unique<impl>(port)), timeout_(timeout) {}
+    : impl_(std::make_unique<impl>(port, nullptr)), timeout_(timeout) {}
+
+http_client::http_client(std::uint16_t port, tls_client_options tls,
+                         std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<impl>(port, &tls)), timeout_(timeout) {}
 
 http_client::~http_client() {
   close();
@@ -138,9 +207,7 @@ http_client::~http_client() {
 
 void http_client::close() {
   if (!impl_->connected) return;
-  beast::error_code ignored;
-  impl_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  impl_->stream.close();
+  impl_->conn.close();
   impl_->buffer.consume(impl_->buffer.size());
   impl_->connected = false;
 }
@@ -150,22 +217,24 @@ http_response http_client::request(std::string_view method, std::string_view tar
   auto req = make_request(method, target, body, headers);
   for (int attempt = 0;; ++attempt) {
     const bool reused = impl_->connected;
+    auto& conn = impl_->conn;
     if (!impl_->connected) {
-      connect(impl_->ioc, impl_->stream, impl_->port, timeout_);
+      conn.open(timeout_);
       impl_->connected = true;
     }
-    impl_->stream.expires_after(timeout_);
-    auto write_ec = run_one(impl_->ioc, [&](auto handler) {
-      http::async_write(impl_->stream, req, std::move(handler));
+    conn.tcp.expires_after(timeout_);
+    auto write_ec = run_one(conn.ioc, [&](auto handler) {
+      conn.with_stream([&](auto& s) { http::async_write(s, req, std::move(handler)); });
     });
 
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     // Even after a failed write the server may have answered (e.g. 413 and
     // close before reading the whole body): try to read that answer.
-    impl_->stream.expires_after(timeout_);
-    auto read_ec = run_one(impl_->ioc, [&](auto handler) {
-      http::async_read(impl_->stream, impl_->buffer, parser, std::move(handler));
+    conn.tcp.expires_after(timeout_);
+    auto read_ec = run_one(conn.ioc, [&](auto handler) {
+      conn.with_stream(
+          [&](auto& s) { http::async_read(s, impl_->buffer, parser, std::move(handler)); });
     });
     if (read_ec) {
       const bool nothing_received = !parser.got_some();
@@ -186,30 +255,44 @@ http_response http_client::request(std::string_view method, std::string_view tar
 }
 
 struct ndjson_stream::impl {
-  explicit impl(std::uint16_t p) : port(p) {
+  impl(std::uint16_t p, const tls_client_options* tls) : conn(p, tls) {
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   }
-  net::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  client_connection conn;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  std::uint16_t port;
 };
 
 ndjson_stream::ndjson_stream(std::uint16_t port, std::string_view method, std::string_view target,
                              std::string_view body, std::chrono::milliseconds header_timeout)
-    : impl_(std::make_unique<impl>(port)) {
-  connect(impl_->ioc, impl_->stream, port, header_timeout);
+    : impl_(std::make_unique<impl>(port, nullptr)) {
+  start(method, target, body, header_timeout);
+}
+
+ndjson_stream::ndjson_stream(std::uint16_t port, const tls_client_options& tls,
+                             std::string_view method, std::string_view target,
+                             std::string_view body, std::chrono::milliseconds header_timeout)
+    : impl_(std::make_unique<impl>(port, &tls)) {
+  start(method, target, body, header_timeout);
+}
+
+void ndjson_stream::start(std::string_view method, std::string_view target, std::string_view body,
+                          std::chrono::milliseconds header_timeout) {
+  auto& conn = impl_->conn;
+  conn.open(header_timeout);
   auto req = make_request(method, target, body, {});
-  impl_->stream.expires_after(header_timeout);
-  auto ec = run_one(
-      impl_->ioc, [&](auto handler) { http::async_write(impl_->stream, req, std::move(handler)); });
+  conn.tcp.expires_after(header_timeout);
+  auto ec = run_one(conn.ioc, [&](auto handler) {
+    conn.with_stream([&](auto& s) { http::async_write(s, req, std::move(handler)); });
+  });
   if (ec) fail(ec, "stream request");
-  ec = run_one(impl_->ioc, [&](auto handler) {
-    http::async_read_header(impl_->stream, impl_->buffer, impl_->parser, std::move(handler));
+  ec = run_one(conn.ioc, [&](auto handler) {
+    conn.with_stream([&](auto& s) {
+      http::async_read_header(s, impl_->buffer, impl_->parser, std::move(handler));
+    });
   });
   if (ec) fail(ec, "stream response header");
-  impl_->stream.expires_never();
+  conn.tcp.expires_never();
   status_ = impl_->parser.get().result_int();
   head_.status = status_;
   head_.headers = copy_headers(impl_->parser.get().base());
@@ -217,9 +300,7 @@ ndjson_stream::ndjson_stream(std::uint16_t port, std::string_view method, std::s
 }
 
 ndjson_stream::~ndjson_stream() {
-  beast::error_code ignored;
-  impl_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  impl_->stream.close();
+  impl_->conn.close();
 }
 
 std::optional<nlohmann::json> ndjson_stream::next(std::chrono::milliseconds timeout) {
@@ -245,24 +326,27 @@ std::optional<nlohmann::json> ndjson_stream::next(std::chrono::milliseconds time
     char chunk[8192];
     impl_->parser.get().body().data = chunk;
     impl_->parser.get().body().size = sizeof chunk;
-    net::steady_timer timer(impl_->ioc);
+    auto& conn = impl_->conn;
+    net::steady_timer timer(conn.ioc);
     timer.expires_at(deadline);
     bool timed_out = false;
     beast::error_code read_ec;
-    impl_->ioc.restart();
+    conn.ioc.restart();
     timer.async_wait([&](beast::error_code ec) {
       if (!ec) {
         timed_out = true;
         beast::error_code ignored;
-        impl_->stream.socket().cancel(ignored);
+        conn.tcp.socket().cancel(ignored);
       }
     });
-    http::async_read_some(impl_->stream, impl_->buffer, impl_->parser,
-                          [&](beast::error_code ec, std::size_t) {
-                            read_ec = ec;
-                            timer.cancel();
-                          });
-    impl_->ioc.run();
+    conn.with_stream([&](auto& s) {
+      http::async_read_some(s, impl_->buffer, impl_->parser,
+                            [&](beast::error_code ec, std::size_t) {
+                              read_ec = ec;
+                              timer.cancel();
+                            });
+    });
+    conn.ioc.run();
     pending_.append(chunk, sizeof chunk - impl_->parser.get().body().size);
     if (read_ec == http::error::need_buffer) read_ec = {};
     if (impl_->parser.is_done()) {

@@ -22,6 +22,13 @@ namespace onceq::itest {
 
 using header_list = std::vector<std::pair<std::string, std::string>>;
 
+// Speak TLS to the server (onceqd --tls-cert/--tls-key).
+struct tls_client_options {
+  // PEM certificate(s) to verify the server with; its certificate must also
+  // name IP 127.0.0.1 (subjectAltName). Empty: no verification.
+  std::string ca_file;
+};
+
 struct http_response {
   unsigned status = 0;
   header_list headers;  // as received, names in their original case
@@ -40,6 +47,9 @@ class http_client {
  public:
   explicit http_client(std::uint16_t port,
                        std::chrono::milliseconds timeout = std::chrono::seconds(15));
+  // Over TLS: every (re)connection does a handshake within timeout.
+  http_client(std::uint16_t port, tls_client_options tls,
+              std::chrono::milliseconds timeout = std::chrono::seconds(15));
   ~http_client();
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;
@@ -75,6 +85,10 @@ class ndjson_stream {
   ndjson_stream(std::uint16_t port, std::string_view method, std::string_view target,
                 std::string_view body = {},
                 std::chrono::milliseconds header_timeout = std::chrono::seconds(15));
+  // Over TLS.
+  ndjson_stream(std::uint16_t port, const tls_client_options& tls, std::string_view method,
+                std::string_view target, std::string_view body = {},
+                std::chrono::milliseconds header_timeout = std::chrono::seconds(15));
   ~ndjson_stream();
   ndjson_stream(const ndjson_stream&) = delete;
   ndjson_stream& operator=(const ndjson_stream&) = delete;
@@ -87,6 +101,9 @@ class ndjson_stream {
   bool ended() const { return ended_; }
 
  private:
+  void start(std::string_view method, std::string_view target, std::string_view body,
+             std::chrono::milliseconds header_timeout);
+
   struct impl;
   std::unique_ptr<impl> impl_;
   unsigned status_ = 0;

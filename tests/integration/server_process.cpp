@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -165,8 +166,14 @@ void server_process::start() {
   // Wait for /v1/healthz to answer 200.
   for (;;) {
     try {
-      http_client client(port_, std::chrono::seconds(2));
-      if (client.get("/v1/healthz").status == 200) return;
+      // (Not a ?: of two prvalues: GCC 12 mis-destroys those.)
+      std::optional<http_client> client;
+      if (opts_.tls) {
+        client.emplace(port_, tls_client_options{}, std::chrono::seconds(2));
+      } else {
+        client.emplace(port_, std::chrono::seconds(2));
+      }
+      if (client->get("/v1/healthz").status == 200) return;
     } catch (const std::exception&) {
       // not ready yet
     }

@@ -31,6 +31,7 @@ class server_process {
     // The data directory, created if missing and kept afterwards; "" = a
     // fresh one inside the temp root (removed with it).
     std::string data_dir;
+    bool tls = false;  // extra_args make it serve HTTPS: check readiness over TLS
   };
 
   // Creates the temp directory and starts the server; throws
