@@ -6,7 +6,7 @@
 
 namespace onceq::bench {
 
-// Drives onceqd over its HTTP API (spec/API.md) with one Beast keep-alive
+// Drives onceqd over its HTTP API (docs/API.md) with one Beast keep-alive
 // connection per producer / consumer thread. Batched produce is the batch
 // produce form; every message carries envelope.idempotency_key and
 // envelope.msg_id. Consume is the long-poll batch (max_messages, wait_ms);

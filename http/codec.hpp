@@ -1,6 +1,6 @@
 #pragma once
 
-// JSON <-> broker commands and replies (spec/API.md "Endpoints").
+// JSON <-> broker commands and replies (docs/API.md "Endpoints").
 //
 // Parsing is strict: unknown fields are rejected (except inside
 // envelope.headers and result), integers must be JSON integers (from a

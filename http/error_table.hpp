@@ -1,7 +1,7 @@
 #pragma once
 
 // The one table mapping onceq::errc to an HTTP status and wire code
-// (spec/API.md "Errors"), and the error response every part of http/ sends:
+// (docs/API.md "Errors"), and the error response every part of http/ sends:
 // body {"error":"<CODE>","message":"<text>"}, Content-Type application/json;
 // 429 adds Retry-After (seconds) and "retry_after_ms" (the error's own
 // retry_after_ms when set, else error_extras::retry_after_ms; a 503 gets

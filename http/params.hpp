@@ -1,7 +1,7 @@
 #pragma once
 
 // The parameters of a request: its JSON body when the body is non-empty,
-// else its query string (spec/API.md "Conventions"). Either way they end up
+// else its query string (docs/API.md "Conventions"). Either way they end up
 // as a JSON object (http/json.hpp); values from a query string are strings,
 // and the codec reads numbers out of them (decimal).
 

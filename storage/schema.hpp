@@ -20,7 +20,7 @@ namespace onceq::storage {
 using topic_id = std::uint32_t;
 using group_id = std::uint32_t;
 
-// Per-topic settings (spec/API.md POST /v1/topics). Defaults are the spec's.
+// Per-topic settings (docs/API.md POST /v1/topics). Defaults are the API's.
 struct topic_settings {
   millis lease_ms = 30'000;           // Default: 30 s
   std::int64_t max_attempts = 0;      // Default: 0 = unlimited

@@ -7,7 +7,7 @@ namespace onceq {
 
 // Error codes of the whole server. Values are explicit and never renumbered:
 // they appear in logs and tests. http/error_table.cpp maps each one to an
-// HTTP status and the wire name (spec/API.md "Errors").
+// HTTP status and the wire name (docs/API.md "Errors").
 enum class errc : int {
   ok = 0,
   invalid_argument = 1,
