@@ -202,3 +202,33 @@ TEST_F(limits, many_stalled_headers_are_all_cut) {
 
 }  // namespace
 }  // namespace onceq::itest
+
+namespace onceq::itest {
+namespace {
+
+class backlog_caps : public onceq_test {};
+
+TEST_F(backlog_caps, a_produce_past_the_cap_gets_429_with_retry_after_and_stores_nothing) {
+  create_topic("capped", 1, json{{"max_backlog_messages", 3}});
+  for (int i = 0; i < 2; ++i) produce(client(), "capped", "v" + std::to_string(i));
+  json batch = {{"topic", "capped"},
+                {"messages", json::array({{{"value", "a"}}, {{"value", "b"}}})}};
+  auto refused = client().post("/v1/produce", batch);
+  ASSERT_EQ(refused.status, 429u) << refused.body;
+  EXPECT_EQ(refused.header("Retry-After"), "1");
+  EXPECT_EQ(refused.json()["error"], "RESOURCE_EXHAUSTED");
+  EXPECT_GT(refused.json().value("retry_after_ms", 0), 0);
+  auto topic = client().get("/v1/topics/capped");
+  ASSERT_EQ(topic.status, 200u);
+  EXPECT_EQ(topic.json()["settings"]["max_backlog_messages"], 3);
+  auto got = client().post("/v1/consume", json{{"topic", "capped"},
+                                               {"group", "g"},
+                                               {"owner", "w"},
+                                               {"max_messages", 10}});
+  ASSERT_EQ(got.status, 200u) << got.body;
+  // NDJSON: one line per message.
+  EXPECT_EQ(std::count(got.body.begin(), got.body.end(), '\n'), 2) << "the batch was refused whole";
+}
+
+}  // namespace
+}  // namespace onceq::itest
