@@ -7,7 +7,7 @@ packages=(
   libboost1.81-dev librocksdb-dev nlohmann-json3-dev libfmt-dev libgtest-dev
   ninja-build cmake g++ libjemalloc-dev
   libnats-dev libhiredis-dev nats-server redis-server
-  curl
+  curl clang libclang-rt-14-dev
 )
 
 missing=()
