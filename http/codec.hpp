@@ -19,15 +19,18 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/commands.hpp"
+#include "broker/limits.hpp"
 #include "http/json.hpp"
 #include "http/params.hpp"
 #include "storage/base/result.hpp"
 
 namespace onceq::http {
 
-inline constexpr std::size_t k_max_batch = 1000;       // messages / acks per request
-inline constexpr std::int64_t k_max_wait_ms = 60'000;  // wait_ms
-inline constexpr std::size_t k_max_label_bytes = 200;  // topic, group, owner
+// The API's limits have one home, broker/limits.hpp; the codec rejects
+// what is out of range before a command is built.
+using onceq::k_max_batch;
+using onceq::k_max_wait_ms;
+inline constexpr std::size_t k_max_label_bytes = k_max_name_bytes;  // topic, group, owner
 
 // ---- requests -> commands --------------------------------------------------
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "broker/limits.hpp"
 #include "cmd/cli/exit_code.hpp"
 #include "cmd/cli/interrupt.hpp"
 #include "cmd/cli/progress.hpp"
@@ -18,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr int k_max_batch = 1000;              // the API's limit for produce and consume
+constexpr int k_max_batch = static_cast<int>(onceq::k_max_batch);  // the API's limit
 constexpr std::int64_t k_consume_batch = 100;  // messages per consume request
 constexpr std::int64_t k_follow_wait_ms = 5000;
 
