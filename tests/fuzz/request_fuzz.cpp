@@ -61,18 +61,18 @@ runner_options fuzz_runner_options() {
   return o;
 }
 
-struct core {
+struct harness {
   manual_clock clock;
   storage::memory_store store;
   broker core_broker{store, clock};
   runner core_runner{core_broker, store, clock, fuzz_runner_options()};
   router routes{core_runner, clock, fuzz_http_options()};
 
-  core() {
+  harness() {
     check(core_broker.recover().ok());
     core_runner.start();
   }
-  ~core() { core_runner.stop(); }
+  ~harness() { core_runner.stop(); }
 };
 
 // Runs op to completion on a private io_context.
@@ -100,7 +100,7 @@ void check_answer(const response& res) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  core c;
+  harness c;
   const http_options& opts = c.routes.options();
   std::string_view rest(reinterpret_cast<const char*>(data), size);
 
