@@ -45,7 +45,8 @@ for f in usr/bin/onceqd usr/bin/onceq lib/systemd/system/onceqd.service \
          usr/share/doc/onceq/OPERATIONS.md usr/share/doc/onceq/examples/onceqd.toml; do
   [ -e "$root/usr/$f" ] || [ -e "$root/$f" ] || { echo "FAIL: the .deb lacks $f"; exit 1; }
 done
-unit=$(ls "$root"/usr/lib/systemd/system/onceqd.service "$root"/lib/systemd/system/onceqd.service 2>/dev/null | head -1)
+unit="$root/usr/lib/systemd/system/onceqd.service"
+[ -e "$unit" ] || unit="$root/lib/systemd/system/onceqd.service"
 for line in "StateDirectory=onceq" "Restart=on-failure" "LimitNOFILE=65536" "User=onceq"; do
   grep -qx "$line" "$unit" || { echo "FAIL: the unit lacks $line"; exit 1; }
 done
