@@ -1,7 +1,13 @@
 #include "cmd/config.hpp"
 
+#include <toml++/toml.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <charconv>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -9,6 +15,8 @@
 namespace onceq::cmd {
 
 namespace {
+
+constexpr std::int64_t k_max = std::numeric_limits<std::int64_t>::max();
 
 std::optional<std::int64_t> parse_int(std::string_view s, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -18,225 +26,347 @@ std::optional<std::int64_t> parse_int(std::string_view s, std::int64_t lo, std::
   return v;
 }
 
-error bad_flag(std::string_view flag, std::string_view why) {
-  return make_error(errc::invalid_argument, fmt::format("{}: {}", flag, why));
-}
-
-// "HOST:PORT" or "[v6]:PORT".
-result<void> parse_listen(std::string_view v, http::http_options& o) {
+// "HOST:PORT" or "[v6]:PORT"; the reason when it is neither.
+std::optional<std::string> parse_listen(std::string_view v, http::http_options* o) {
   std::string_view host, port;
   if (!v.empty() && v.front() == '[') {
     auto close = v.find(']');
     if (close == std::string_view::npos || close + 1 >= v.size() || v[close + 1] != ':') {
-      return bad_flag("--listen", "expected HOST:PORT or [IPv6]:PORT");
+      return "expected HOST:PORT or [IPv6]:PORT";
     }
     host = v.substr(1, close - 1);
     port = v.substr(close + 2);
   } else {
     auto colon = v.rfind(':');
-    if (colon == std::string_view::npos) return bad_flag("--listen", "expected HOST:PORT");
+    if (colon == std::string_view::npos) return "expected HOST:PORT";
     host = v.substr(0, colon);
     port = v.substr(colon + 1);
   }
   auto p = parse_int(port, 0, 65535);
-  if (host.empty() || !p) return bad_flag("--listen", "expected HOST:PORT with PORT 0..65535");
-  o.host = std::string(host);
-  o.port = static_cast<std::uint16_t>(*p);
+  if (host.empty() || !p) return "expected HOST:PORT with PORT 0..65535";
+  if (o != nullptr) {
+    o->host = std::string(host);
+    o->port = static_cast<std::uint16_t>(*p);
+  }
+  return std::nullopt;
+}
+
+// ---- Declarations: one per flag, with its range and its --help text ----
+
+// A flag taking an integer lo..hi: checked by CLI11 before set runs.
+void add_int(CLI::App& app, const std::string& name, const std::string& metavar,
+             const std::string& help, std::int64_t lo, std::int64_t hi,
+             std::function<void(std::int64_t)> set) {
+  app.add_option_function<std::string>(
+         name, [lo, hi, set = std::move(set)](const std::string& v) { set(*parse_int(v, lo, hi)); },
+         help)
+      ->option_text(metavar)
+      ->check(CLI::Validator(
+          [lo, hi](std::string& v) -> std::string {
+            if (parse_int(v, lo, hi)) return {};
+            return hi == k_max ? fmt::format("expected an integer >= {}", lo)
+                               : fmt::format("expected an integer {}..{}", lo, hi);
+          },
+          ""));
+}
+
+// A flag taking a string; check returns the reason a value is refused.
+void add_text(CLI::App& app, const std::string& name, const std::string& metavar,
+              const std::string& help,
+              std::function<std::optional<std::string>(std::string_view)> check,
+              std::function<void(const std::string&)> set) {
+  app.add_option_function<std::string>(name, std::move(set), help)
+      ->option_text(metavar)
+      ->check(CLI::Validator([check = std::move(check)](std::string& v)
+                                 -> std::string { return check(v).value_or(std::string{}); },
+                             ""));
+}
+
+std::optional<std::string> non_empty(std::string_view what, std::string_view v) {
+  if (v.empty()) return fmt::format("needs {}", what);
+  return std::nullopt;
+}
+
+// The whole command line, bound to c. d holds the defaults shown by --help.
+std::unique_ptr<CLI::App> make_app(config& c) {
+  const config d;
+  auto app = std::make_unique<CLI::App>("onceqd", "onceqd");
+  app->set_help_flag();  // --help is ours: it sets show_help, usage() prints it
+  app->allow_windows_style_options(false);
+  // A flag given twice (or in the file and on the command line): the last wins.
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto& a = *app;
+  using i64 = std::int64_t;
+
+  add_text(
+      a, "--config", "FILE", "read settings from a TOML file first; flags override it",
+      [](std::string_view v) { return non_empty("a file", v); },
+      [&c](const std::string& v) { c.config_file = v; });
+  add_text(
+      a, "--listen", "HOST:PORT",
+      fmt::format("address to serve on; port 0 picks a free one (default {}:{})", d.http.host,
+                  d.http.port),
+      [](std::string_view v) { return parse_listen(v, nullptr); },
+      [&c](const std::string& v) { parse_listen(v, &c.http); });
+  add_text(
+      a, "--data-dir", "DIR",
+      fmt::format("RocksDB directory, created if missing (default {})", d.storage.data_dir),
+      [](std::string_view v) { return non_empty("a directory", v); },
+      [&c](const std::string& v) { c.storage.data_dir = v; });
+  add_text(
+      a, "--fsync", "POLICY",
+      fmt::format("always | interval:<ms> | none (default {})", d.storage.fsync.to_string()),
+      [](std::string_view v) -> std::optional<std::string> {
+        auto p = storage::fsync_policy::parse(v);
+        if (!p.ok()) return p.err().message;
+        return std::nullopt;
+      },
+      [&c](const std::string& v) { c.storage.fsync = *storage::fsync_policy::parse(v); });
+  add_int(a, "--threads", "N", fmt::format("HTTP I/O threads, 1..256 (default {})", d.http.threads),
+          1, 256, [&c](i64 v) { c.http.threads = static_cast<unsigned>(v); });
+  add_int(a, "--max-body-bytes", "N",
+          fmt::format("largest request body; larger gets 413 (default {})", d.http.max_body_bytes),
+          1, 1ll << 30, [&c](i64 v) { c.http.max_body_bytes = static_cast<std::size_t>(v); });
+  add_int(a, "--max-header-bytes", "N",
+          fmt::format("largest request header block (default {})", d.http.max_header_bytes), 1024,
+          1ll << 20, [&c](i64 v) { c.http.max_header_bytes = static_cast<std::size_t>(v); });
+  add_int(a, "--idle-timeout-ms", "N",
+          fmt::format("close a kept-alive connection idle this long (default {})",
+                      d.http.idle_timeout_ms),
+          1, k_max, [&c](i64 v) { c.http.idle_timeout_ms = v; });
+  add_int(
+      a, "--max-queue", "N",
+      fmt::format("commands queued for the core before 429 (default {})", d.http.max_queue_depth),
+      1, 100'000'000, [&c](i64 v) {
+        c.http.max_queue_depth = static_cast<std::size_t>(v);
+        // The runner's own limit stays above the HTTP one: long-poll and
+        // stream polls that got past the check must not be refused.
+        c.runner.max_queue = static_cast<std::size_t>(v) * 2;
+      });
+  add_int(a, "--default-lease-ms", "N",
+          fmt::format("lease_ms of topics created without one (default {})",
+                      d.http.topic_defaults.lease_ms),
+          1, d.broker.max_lease_ms, [&c](i64 v) { c.http.topic_defaults.lease_ms = v; });
+  add_int(a, "--max-backlog-messages", "N",
+          fmt::format("max_backlog_messages of topics created without one;\n0 is unlimited "
+                      "(default {})",
+                      d.http.topic_defaults.max_backlog_messages),
+          0, k_max, [&c](i64 v) { c.http.topic_defaults.max_backlog_messages = v; });
+  add_int(a, "--max-backlog-bytes", "N",
+          fmt::format("max_backlog_bytes of topics created without one;\n0 is unlimited "
+                      "(default {})",
+                      d.http.topic_defaults.max_backlog_bytes),
+          0, k_max, [&c](i64 v) { c.http.topic_defaults.max_backlog_bytes = v; });
+  add_int(a, "--max-inflight", "N",
+          fmt::format("max_inflight of topics created without one; 0 is\nunlimited (default {})",
+                      d.http.topic_defaults.max_inflight),
+          0, k_max, [&c](i64 v) { c.http.topic_defaults.max_inflight = v; });
+  add_text(
+      a, "--auth-file", "FILE",
+      "bearer tokens with scopes and topics (docs/SECURITY.md);\nreread on SIGHUP (default: "
+      "none, every route open)",
+      [](std::string_view v) { return non_empty("a file", v); },
+      [&c](const std::string& v) { c.auth_file = v; });
+  add_int(a, "--block-cache-mb", "N",
+          fmt::format("RocksDB block cache size in MiB (default {})",
+                      d.storage.block_cache_bytes >> 20),
+          0, 1ll << 20,
+          [&c](i64 v) { c.storage.block_cache_bytes = static_cast<std::size_t>(v) << 20; });
+  add_int(a, "--write-buffer-mb", "N",
+          fmt::format("RocksDB memtable size per column family in MiB (default {})",
+                      d.storage.write_buffer_bytes >> 20),
+          1, 1ll << 16,
+          [&c](i64 v) { c.storage.write_buffer_bytes = static_cast<std::size_t>(v) << 20; });
+  add_int(a, "--message-cache-mb", "N",
+          fmt::format("recently produced messages kept in memory, MiB (default {})",
+                      d.broker.message_cache_bytes >> 20),
+          0, 1ll << 20,
+          [&c](i64 v) { c.broker.message_cache_bytes = static_cast<std::size_t>(v) << 20; });
+  add_int(a, "--wal-prezero-kb", "N",
+          fmt::format("zeros kept written ahead of the WAL's end, KiB; 0 is off\n(default {})",
+                      d.storage.wal_prezero_bytes >> 10),
+          0, 1 << 20,
+          [&c](i64 v) { c.storage.wal_prezero_bytes = static_cast<std::size_t>(v) << 10; });
+  add_int(a, "--shutdown-grace-ms", "N",
+          fmt::format("at SIGTERM, how long open requests may finish (default {})",
+                      d.shutdown_grace_ms),
+          0, k_max, [&c](i64 v) { c.shutdown_grace_ms = v; });
+  add_int(a, "--max-connections", "N",
+          fmt::format("connections past this are closed at accept (default {})",
+                      d.http.max_connections),
+          1, 10'000'000, [&c](i64 v) { c.http.max_connections = static_cast<std::size_t>(v); });
+  add_int(a, "--header-timeout-ms", "N",
+          fmt::format("a request header block must arrive within this (default {})",
+                      d.http.header_timeout_ms),
+          1, k_max, [&c](i64 v) { c.http.header_timeout_ms = v; });
+  add_text(
+      a, "--tls-cert", "FILE", "serve HTTPS: PEM certificate chain (needs --tls-key)",
+      [](std::string_view v) { return non_empty("a file", v); },
+      [&c](const std::string& v) { c.http.tls_cert_file = v; });
+  add_text(
+      a, "--tls-key", "FILE", "PEM private key of --tls-cert",
+      [](std::string_view v) { return non_empty("a file", v); },
+      [&c](const std::string& v) { c.http.tls_key_file = v; });
+  add_text(
+      a, "--log-level", "LEVEL",
+      fmt::format("debug | info | warn | error (default {})", to_string(d.log.level)),
+      [](std::string_view v) -> std::optional<std::string> {
+        if (parse_log_level(v)) return std::nullopt;
+        return "expected debug, info, warn or error";
+      },
+      [&c](const std::string& v) { c.log.level = *parse_log_level(v); });
+  add_text(
+      a, "--log-format", "FORMAT", "json | text: stderr log lines (default json)",
+      [](std::string_view v) -> std::optional<std::string> {
+        if (parse_log_format(v)) return std::nullopt;
+        return "expected json or text";
+      },
+      [&c](const std::string& v) { c.log.format = *parse_log_format(v); });
+  a.add_flag("--access-log", c.http.access_log,
+             "log every request: method, path, query keys, status,\nduration, bytes, request id "
+             "(default off)");
+  a.add_flag("--help,-h", c.show_help, "print this and exit");
+  a.add_flag("--version", c.show_version, "print the version and exit");
+  return app;
+}
+
+bool is_cli_only(std::string_view name) {
+  return name == "--config" || name == "--help" || name == "--version";
+}
+
+// Runs one parse; CLI11's messages already start with the flag's name.
+result<void> run_parse(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  try {
+    app.parse(args);
+  } catch (const CLI::ArgumentMismatch& e) {
+    std::string what = e.what();
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: needs a value", what.substr(0, what.find(':'))));
+  } catch (const CLI::ExtrasError& e) {
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("unknown flag or argument: {}",
+                    std::string(e.what()).substr(std::string(e.what()).find(':') + 1)));
+  } catch (const CLI::ParseError& e) {
+    return make_error(errc::invalid_argument, e.what());
+  }
   return {};
+}
+
+// The file's settings as "--key=value" arguments, each checked on its own
+// so that an error names the file and the key.
+result<std::vector<std::string>> read_config_file(const std::string& path) {
+  auto bad = [&](std::string_view key, std::string_view why) -> error {
+    return make_error(errc::invalid_argument, fmt::format("{}: {}: {}", path, key, why));
+  };
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}:{}:{}: {}", path, where.line, where.column, e.description()));
+  }
+  const auto keys = config_keys();
+  std::vector<std::string> args;
+  for (const auto& [k, node] : tbl) {
+    const std::string key(k.str());
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      return bad(key, "unknown key (keys are the flags' names without --, see onceqd --help)");
+    }
+    std::string value;
+    if (auto s = node.value_exact<std::string>()) {
+      value = *s;
+    } else if (auto i = node.value_exact<std::int64_t>()) {
+      value = std::to_string(*i);
+    } else if (auto b = node.value_exact<bool>()) {
+      value = *b ? "true" : "false";
+    } else {
+      return bad(key, "expected a string, an integer or a boolean");
+    }
+    std::string arg = fmt::format("--{}={}", key, value);
+    config scratch;
+    auto app = make_app(scratch);
+    if (auto r = run_parse(*app, {arg}); !r.ok()) {
+      std::string why = r.err().message;
+      if (const std::string prefix = "--" + key + ": "; why.starts_with(prefix)) {
+        why = why.substr(prefix.size());
+      }
+      return bad(key, why);
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
 }
 
 }  // namespace
 
+std::vector<std::string> config_keys() {
+  config c;
+  auto app = make_app(c);
+  std::vector<std::string> keys;
+  for (const CLI::Option* o : app->get_options()) {
+    const std::string name = o->get_name();
+    if (!is_cli_only(name)) keys.push_back(name.substr(2));
+  }
+  return keys;
+}
+
 std::string usage() {
-  const config d;
-  return fmt::format(
-      "usage: onceqd [flags]\n"
-      "\n"
-      "onceq: a lease-based message broker over HTTP (API: docs/API.md).\n"
-      "\n"
-      "flags (\"--flag value\" or \"--flag=value\"):\n"
-      "  --listen HOST:PORT       address to serve on; port 0 picks a free one (default {}:{})\n"
-      "  --data-dir DIR           RocksDB directory, created if missing (default {})\n"
-      "  --fsync POLICY           always | interval:<ms> | none (default {})\n"
-      "  --threads N              HTTP I/O threads, 1..256 (default {})\n"
-      "  --max-body-bytes N       largest request body; larger gets 413 (default {})\n"
-      "  --max-header-bytes N     largest request header block (default {})\n"
-      "  --idle-timeout-ms N      close a kept-alive connection idle this long (default {})\n"
-      "  --max-queue N            commands queued for the core before 429 (default {})\n"
-      "  --default-lease-ms N     lease_ms of topics created without one (default {})\n"
-      "  --max-backlog-messages N max_backlog_messages of topics created without one;\n"
-      "                           0 is unlimited (default {})\n"
-      "  --max-backlog-bytes N    max_backlog_bytes of topics created without one;\n"
-      "                           0 is unlimited (default {})\n"
-      "  --max-inflight N         max_inflight of topics created without one; 0 is\n"
-      "                           unlimited (default {})\n"
-      "  --auth-file FILE         bearer tokens with scopes and topics (docs/SECURITY.md);\n"
-      "                           reread on SIGHUP (default: none, every route open)\n"
-      "  --block-cache-mb N       RocksDB block cache size in MiB (default {})\n"
-      "  --write-buffer-mb N      RocksDB memtable size per column family in MiB (default {})\n"
-      "  --message-cache-mb N     recently produced messages kept in memory, MiB (default {})\n"
-      "  --wal-prezero-kb N       zeros kept written ahead of the WAL's end, KiB; 0 is off\n"
-      "                           (default {})\n"
-      "  --shutdown-grace-ms N    at SIGTERM, how long open requests may finish (default {})\n"
-      "  --max-connections N      connections past this are closed at accept (default {})\n"
-      "  --header-timeout-ms N    a request header block must arrive within this (default {})\n"
-      "  --tls-cert FILE          serve HTTPS: PEM certificate chain (needs --tls-key)\n"
-      "  --tls-key FILE           PEM private key of --tls-cert\n"
-      "  --help                   print this and exit\n"
-      "  --version                print the version and exit\n"
-      "\n"
-      "On start, once ready, prints one line: onceqd listening on <host>:<port>\n"
-      "SIGTERM or SIGINT shuts down cleanly (exit 0); SIGHUP rereads --auth-file.\n"
-      "Bad flags, a bad auth file or bad TLS files exit 2; a storage or listen\n"
-      "failure exits 1.\n",
-      d.http.host, d.http.port, d.storage.data_dir, d.storage.fsync.to_string(), d.http.threads,
-      d.http.max_body_bytes, d.http.max_header_bytes, d.http.idle_timeout_ms,
-      d.http.max_queue_depth, d.http.topic_defaults.lease_ms,
-      d.http.topic_defaults.max_backlog_messages, d.http.topic_defaults.max_backlog_bytes,
-      d.http.topic_defaults.max_inflight, d.storage.block_cache_bytes >> 20,
-      d.storage.write_buffer_bytes >> 20, d.broker.message_cache_bytes >> 20,
-      d.storage.wal_prezero_bytes >> 10, d.shutdown_grace_ms, d.http.max_connections,
-      d.http.header_timeout_ms);
+  config c;
+  auto app = make_app(c);
+  std::string flags;
+  for (const CLI::Option* o : app->get_options()) {
+    std::string head = o->get_name();
+    if (!o->get_option_text().empty()) head += " " + o->get_option_text();
+    std::string text = o->get_description();
+    for (std::size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', nl + 1)) {
+      text.insert(nl + 1, std::string(27, ' '));
+    }
+    flags += fmt::format("  {:<24} {}\n", head, text);
+  }
+  return "usage: onceqd [flags]\n"
+         "\n"
+         "onceq: a lease-based message broker over HTTP (API: docs/API.md).\n"
+         "\n"
+         "flags (\"--flag value\" or \"--flag=value\"; in a --config file, \"flag = value\"):\n" +
+         flags +
+         "\n"
+         "On start, once ready, prints one line: onceqd listening on <host>:<port>\n"
+         "Logs go to stderr (--log-format). SIGTERM or SIGINT shuts down cleanly (exit 0);\n"
+         "SIGHUP rereads --auth-file. Bad flags, a bad --config file, a bad auth file or\n"
+         "bad TLS files exit 2; a storage or listen failure exits 1.\n";
 }
 
 result<config> parse_args(const std::vector<std::string_view>& args) {
+  std::vector<std::string> cli(args.begin(), args.end());
+  // First the command line alone: its errors name the flag, and it says
+  // which file to read.
+  config first;
+  {
+    auto app = make_app(first);
+    ONCEQ_TRY(run_parse(*app, cli));
+  }
+  if (first.show_help || first.show_version) return first;
+
+  std::vector<std::string> all;
+  if (!first.config_file.empty()) {
+    auto from_file = read_config_file(first.config_file);
+    if (!from_file.ok()) return std::move(from_file).err();
+    all = std::move(*from_file);
+  }
+  // The file's settings, then the command line's: the last value wins.
+  all.insert(all.end(), cli.begin(), cli.end());
   config c;
-  constexpr std::int64_t k_max = std::numeric_limits<std::int64_t>::max();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    std::optional<std::string_view> inline_value;
-    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
-      inline_value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    if (flag == "--help" || flag == "-h") {
-      c.show_help = true;
-      continue;
-    }
-    if (flag == "--version") {
-      c.show_version = true;
-      continue;
-    }
-    if (!flag.starts_with("--")) {
-      return make_error(errc::invalid_argument, fmt::format("unexpected argument '{}'", flag));
-    }
-    std::string_view value;
-    if (inline_value) {
-      value = *inline_value;
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      // Known flags all take a value; unknown ones are reported as unknown below.
-      value = {};
-      if (flag == "--listen" || flag == "--data-dir" || flag == "--fsync" || flag == "--threads" ||
-          flag == "--max-body-bytes" || flag == "--max-header-bytes" ||
-          flag == "--idle-timeout-ms" || flag == "--max-queue" || flag == "--default-lease-ms" ||
-          flag == "--block-cache-mb" || flag == "--write-buffer-mb" ||
-          flag == "--message-cache-mb" || flag == "--wal-prezero-kb" ||
-          flag == "--shutdown-grace-ms" || flag == "--max-backlog-messages" ||
-          flag == "--max-backlog-bytes" || flag == "--max-inflight" || flag == "--auth-file" ||
-          flag == "--max-connections" || flag == "--header-timeout-ms" || flag == "--tls-cert" ||
-          flag == "--tls-key") {
-        return bad_flag(flag, "needs a value");
-      }
-    }
-    auto number = [&](std::int64_t lo, std::int64_t hi) -> result<std::int64_t> {
-      auto v = parse_int(value, lo, hi);
-      if (!v) {
-        return bad_flag(flag, hi == k_max ? fmt::format("expected an integer >= {}", lo)
-                                          : fmt::format("expected an integer {}..{}", lo, hi));
-      }
-      return *v;
-    };
-    if (flag == "--listen") {
-      ONCEQ_TRY(parse_listen(value, c.http));
-    } else if (flag == "--data-dir") {
-      if (value.empty()) return bad_flag(flag, "needs a directory");
-      c.storage.data_dir = std::string(value);
-    } else if (flag == "--fsync") {
-      auto p = storage::fsync_policy::parse(value);
-      if (!p.ok()) return bad_flag(flag, p.err().message);
-      c.storage.fsync = *p;
-    } else if (flag == "--threads") {
-      auto v = number(1, 256);
-      if (!v.ok()) return std::move(v).err();
-      c.http.threads = static_cast<unsigned>(*v);
-    } else if (flag == "--max-body-bytes") {
-      auto v = number(1, 1ll << 30);
-      if (!v.ok()) return std::move(v).err();
-      c.http.max_body_bytes = static_cast<std::size_t>(*v);
-    } else if (flag == "--max-header-bytes") {
-      auto v = number(1024, 1ll << 20);
-      if (!v.ok()) return std::move(v).err();
-      c.http.max_header_bytes = static_cast<std::size_t>(*v);
-    } else if (flag == "--idle-timeout-ms") {
-      auto v = number(1, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.http.idle_timeout_ms = *v;
-    } else if (flag == "--max-queue") {
-      auto v = number(1, 100'000'000);
-      if (!v.ok()) return std::move(v).err();
-      c.http.max_queue_depth = static_cast<std::size_t>(*v);
-      // The runner's own limit stays above the HTTP one: long-poll and stream
-      // polls that got past the check must not be refused.
-      c.runner.max_queue = static_cast<std::size_t>(*v) * 2;
-    } else if (flag == "--default-lease-ms") {
-      auto v = number(1, c.broker.max_lease_ms);
-      if (!v.ok()) return std::move(v).err();
-      c.http.topic_defaults.lease_ms = *v;
-    } else if (flag == "--max-backlog-messages") {
-      auto v = number(0, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.http.topic_defaults.max_backlog_messages = *v;
-    } else if (flag == "--max-backlog-bytes") {
-      auto v = number(0, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.http.topic_defaults.max_backlog_bytes = *v;
-    } else if (flag == "--max-inflight") {
-      auto v = number(0, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.http.topic_defaults.max_inflight = *v;
-    } else if (flag == "--auth-file") {
-      if (value.empty()) return bad_flag(flag, "needs a file");
-      c.auth_file = std::string(value);
-    } else if (flag == "--block-cache-mb") {
-      auto v = number(0, 1ll << 20);
-      if (!v.ok()) return std::move(v).err();
-      c.storage.block_cache_bytes = static_cast<std::size_t>(*v) << 20;
-    } else if (flag == "--write-buffer-mb") {
-      auto v = number(1, 1ll << 16);
-      if (!v.ok()) return std::move(v).err();
-      c.storage.write_buffer_bytes = static_cast<std::size_t>(*v) << 20;
-    } else if (flag == "--message-cache-mb") {
-      auto v = number(0, 1ll << 20);
-      if (!v.ok()) return std::move(v).err();
-      c.broker.message_cache_bytes = static_cast<std::size_t>(*v) << 20;
-    } else if (flag == "--wal-prezero-kb") {
-      auto v = number(0, 1 << 20);
-      if (!v.ok()) return std::move(v).err();
-      c.storage.wal_prezero_bytes = static_cast<std::size_t>(*v) << 10;
-    } else if (flag == "--shutdown-grace-ms") {
-      auto v = number(0, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.shutdown_grace_ms = *v;
-    } else if (flag == "--max-connections") {
-      auto v = number(1, 10'000'000);
-      if (!v.ok()) return std::move(v).err();
-      c.http.max_connections = static_cast<std::size_t>(*v);
-    } else if (flag == "--header-timeout-ms") {
-      auto v = number(1, k_max);
-      if (!v.ok()) return std::move(v).err();
-      c.http.header_timeout_ms = *v;
-    } else if (flag == "--tls-cert" || flag == "--tls-key") {
-      if (value.empty()) return bad_flag(flag, "needs a file");
-      (flag == "--tls-cert" ? c.http.tls_cert_file : c.http.tls_key_file) = std::string(value);
-    } else {
-      return make_error(errc::invalid_argument, fmt::format("unknown flag '{}'", flag));
-    }
+  {
+    auto app = make_app(c);
+    ONCEQ_TRY(run_parse(*app, std::move(all)));
   }
   if (c.http.tls_cert_file.empty() != c.http.tls_key_file.empty()) {
-    return bad_flag(c.http.tls_cert_file.empty() ? "--tls-key" : "--tls-cert",
-                    "needs both --tls-cert and --tls-key");
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: needs both --tls-cert and --tls-key",
+                                  c.http.tls_cert_file.empty() ? "--tls-key" : "--tls-cert"));
   }
   return c;
 }

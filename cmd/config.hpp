@@ -1,7 +1,9 @@
 #pragma once
 
-// onceqd's command line: every option struct of the server, filled from
-// flags. The only place defaults are overridden.
+// onceqd's configuration: every option struct of the server, filled from
+// flags and from an optional TOML file (--config FILE) whose keys are the
+// flags' names without "--"; a flag given on the command line overrides the
+// file. The only place defaults are overridden.
 
 #include <string>
 #include <string_view>
@@ -9,6 +11,7 @@
 
 #include "broker/broker.hpp"
 #include "broker/runner.hpp"
+#include "cmd/log.hpp"
 #include "http/options.hpp"
 #include "storage/rocksdb/rocksdb_store.hpp"
 
@@ -25,16 +28,25 @@ struct config {
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.
-  std::string auth_file;  // Default: "" = no auth, every route open
+  std::string auth_file;    // Default: "" = no auth, every route open
+  log_options log;          // --log-level, --log-format
+  std::string config_file;  // Default: "" = flags only
   bool show_help = false;
   bool show_version = false;
 };
 
 // Parses argv (without argv[0]); "--flag value" and "--flag=value" both work.
-// Errors: errc::invalid_argument naming the flag.
+// With --config FILE, reads FILE first (a TOML table of flag names without
+// "--" to strings, integers or booleans); flags on the command line win.
+// Errors: errc::invalid_argument naming the flag, or the file and the key
+// (unknown keys, values of the wrong type or out of range, TOML syntax).
 result<config> parse_args(const std::vector<std::string_view>& args);
 
 // The --help text: every flag with its default.
 std::string usage();
+
+// The keys a --config file may hold, in --help order: every flag but
+// --config, --help and --version.
+std::vector<std::string> config_keys();
 
 }  // namespace onceq::cmd

@@ -21,6 +21,7 @@
 #include "broker/broker.hpp"
 #include "broker/runner.hpp"
 #include "cmd/config.hpp"
+#include "cmd/log.hpp"
 #include "http/auth.hpp"
 #include "http/router.hpp"
 #include "http/server.hpp"
@@ -55,17 +56,19 @@ constexpr int k_exit_usage = 2;
 // threads go on meanwhile.
 void reload_auth(http::authenticator* auth, const std::string& path) {
   if (auth == nullptr) {
-    fmt::print(stderr, "onceqd: SIGHUP: no --auth-file, nothing to reload\n");
+    log(log_level::warn, "onceqd", "SIGHUP: no --auth-file, nothing to reload");
     return;
   }
   auto next = http::auth_table::load(path);
   if (!next.ok()) {
-    fmt::print(stderr, "onceqd: SIGHUP: keeping the previous tokens: {}\n", next.err().message);
+    log(log_level::error, "onceqd",
+        fmt::format("SIGHUP: keeping the previous tokens: {}", next.err().message));
     return;
   }
   const std::size_t n = next->tokens().size();
   auth->replace(std::move(*next));
-  fmt::print(stderr, "onceqd: SIGHUP: reloaded {} token(s) from {}\n", n, path);
+  log(log_level::info, "onceqd", "SIGHUP: reloaded the tokens",
+      {log_number("tokens", n), {"file", path}});
 }
 
 int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
@@ -79,7 +82,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   if (!cfg.http.tls_cert_file.empty()) {
     auto made = http::make_tls_context(cfg.http.tls_cert_file, cfg.http.tls_key_file);
     if (!made.ok()) {
-      fmt::print(stderr, "onceqd: {}\n", made.err().message);
+      log(log_level::error, "onceqd", made.err().message);
       return k_exit_usage;
     }
     tls = std::move(*made);
@@ -101,15 +104,15 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   cfg.storage.time = &clock;
   auto opened = storage::rocksdb_store::open(cfg.storage);
   if (!opened.ok()) {
-    fmt::print(stderr, "onceqd: cannot open the store in {}: {}\n", cfg.storage.data_dir,
-               opened.err().message);
+    log(log_level::error, "onceqd",
+        fmt::format("cannot open the store in {}: {}", cfg.storage.data_dir, opened.err().message));
     return k_exit_failure;
   }
   std::unique_ptr<storage::rocksdb_store> store = std::move(*opened);
 
   broker core(*store, clock, cfg.broker);
   if (auto r = core.recover(); !r.ok()) {
-    fmt::print(stderr, "onceqd: recovery failed: {}\n", r.err().message);
+    log(log_level::error, "onceqd", fmt::format("recovery failed: {}", r.err().message));
     return k_exit_failure;
   }
   runner run(core, *store, clock, cfg.runner);
@@ -120,7 +123,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     http::server srv(io_ptrs, routes, cfg.http, tls);
     auto bound = srv.listen();
     if (!bound.ok()) {
-      fmt::print(stderr, "onceqd: {}\n", bound.err().message);
+      log(log_level::error, "onceqd", bound.err().message);
       run.stop();
       return k_exit_failure;
     }
@@ -162,14 +165,14 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
                addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string(), bound->port());
     std::fflush(stdout);
     if (auth == nullptr && !addr.is_loopback()) {
-      fmt::print(stderr,
-                 "onceqd: warning: listening on {} without --auth-file: anyone who can reach "
-                 "it may produce, consume and delete topics (docs/SECURITY.md)\n",
-                 addr.to_string());
+      log(log_level::warn, "onceqd",
+          fmt::format("listening on {} without --auth-file: anyone who can reach it may "
+                      "produce, consume and delete topics (docs/SECURITY.md)",
+                      addr.to_string()));
     }
 
     int sig = stop_signal.get_future().get();
-    fmt::print(stderr, "onceqd: signal {}, shutting down\n", sig);
+    log(log_level::info, "onceqd", "shutting down", {log_number("signal", sig)});
 
     // Stop accepting and close idle connections; then stop the core, which
     // answers parked long-polls and releases every pending answer.
@@ -181,8 +184,9 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (srv.session_count() > 0) {
-      fmt::print(stderr, "onceqd: {} connection(s) still open after {} ms, closing them\n",
-                 srv.session_count(), cfg.shutdown_grace_ms);
+      log(log_level::warn, "onceqd",
+          fmt::format("{} connection(s) still open after {} ms, closing them", srv.session_count(),
+                      cfg.shutdown_grace_ms));
     }
     signals.cancel();
     hangups.cancel();
@@ -190,7 +194,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     for (auto* io : io_ptrs) io->stop();
     for (auto& t : threads) t.join();
   }
-  fmt::print(stderr, "onceqd: stopped\n");
+  log(log_level::info, "onceqd", "stopped");
   return 0;
 }
 
@@ -211,21 +215,26 @@ int main(int argc, char** argv) {
     fmt::print("onceqd {} ({})\n", ONCEQ_VERSION, ONCEQ_COMMIT);
     return 0;
   }
+  // Usage errors above are plain text for a person at a terminal; from
+  // here on every line is a log line.
+  cmd::install_logger(cfg->log);
+  log(log_level::info, "onceqd", "starting",
+      {{"version", ONCEQ_VERSION}, {"commit", ONCEQ_COMMIT}, {"data_dir", cfg->storage.data_dir}});
   std::unique_ptr<http::authenticator> auth;
   if (!cfg->auth_file.empty()) {
     auto table = http::auth_table::load(cfg->auth_file);
     if (!table.ok()) {
-      fmt::print(stderr, "onceqd: --auth-file: {}\n", table.err().message);
+      log(log_level::error, "onceqd", fmt::format("--auth-file: {}", table.err().message));
       return k_exit_usage;
     }
-    fmt::print(stderr, "onceqd: auth on: {} token(s) from {}\n", table->tokens().size(),
-               cfg->auth_file);
+    log(log_level::info, "onceqd", "auth on",
+        {log_number("tokens", table->tokens().size()), {"file", cfg->auth_file}});
     auth = std::make_unique<http::authenticator>(std::move(*table));
   }
   try {
     return serve(std::move(*cfg), std::move(auth));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "onceqd: fatal: {}\n", e.what());
+    log(log_level::error, "onceqd", fmt::format("fatal: {}", e.what()));
     return k_exit_failure;
   }
 }

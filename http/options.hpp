@@ -49,6 +49,10 @@ struct http_options {
   std::string tls_key_file;                  // Default: none
   millis tls_handshake_timeout_ms = 10'000;  // Default: 10 s from accept to a finished handshake
 
+  // One line per answered request through onceq::log (http/access_log.hpp):
+  // method, path with query keys only, status, duration, bytes, request id.
+  bool access_log = false;  // Default: off
+
   // Settings of a topic created without them (POST /v1/topics).
   topic_settings topic_defaults;  // Default: the spec's (lease_ms 30000, ...)
 

@@ -15,6 +15,7 @@
 
 #include "http/session.hpp"
 #include "http/session_registry.hpp"
+#include "storage/base/log.hpp"
 
 namespace onceq::http {
 
@@ -49,7 +50,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
         // Out of file descriptors and the like: back off, then go on.
-        fmt::print(stderr, "onceqd: accept failed: {}\n", ec.message());
+        log(log_level::warn, "http", fmt::format("accept failed: {}", ec.message()));
         asio::steady_timer t(strand, std::chrono::milliseconds(50));
         co_await t.async_wait(k_tuple);
         continue;
@@ -133,7 +134,7 @@ void server::start() {
         try {
           std::rethrow_exception(e);
         } catch (const std::exception& ex) {
-          fmt::print(stderr, "onceqd: the listener failed: {}\n", ex.what());
+          log(log_level::error, "http", fmt::format("the listener failed: {}", ex.what()));
         }
       });
 }

@@ -33,7 +33,9 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include "http/access_log.hpp"
 #include "http/request_id.hpp"
+#include "storage/base/log.hpp"
 
 namespace onceq::http {
 
@@ -127,9 +129,9 @@ void basic_session<Stream>::start() {
         try {
           std::rethrow_exception(e);
         } catch (const std::exception& ex) {
-          fmt::print(stderr, "onceqd: connection failed: {}\n", ex.what());
+          log(log_level::error, "http", fmt::format("connection failed: {}", ex.what()));
         } catch (...) {
-          fmt::print(stderr, "onceqd: connection failed\n");
+          log(log_level::error, "http", "connection failed");
         }
       });
 }
@@ -276,10 +278,22 @@ asio::awaitable<void> basic_session<Stream>::run() {
 
     request req = parser.release();
     const bool keep_alive = req.keep_alive();
+    // --access-log: what the line needs, taken before the router owns req.
+    const auto started = std::chrono::steady_clock::now();
+    std::string method, target;
+    if (opts_.access_log) {
+      method = std::string(req.method_string());
+      target = std::string(req.target());
+    }
     // (Operations are built first and awaited by name: GCC 12 mishandles
     // temporaries with destructors inside a co_await expression.)
     auto handled = router_.handle(std::move(req));
     reply r = co_await std::move(handled);
+    if (opts_.access_log) {
+      log_access({method, target, r.res.result_int(), std::chrono::steady_clock::now() - started,
+                  r.stream ? -1 : static_cast<std::int64_t>(r.res.body().size()),
+                  r.res[k_request_id_header]});
+    }
     if (r.stream) {
       auto streamed = send_stream(std::move(r));
       co_await std::move(streamed);

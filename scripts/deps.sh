@@ -8,7 +8,8 @@ packages=(
   libssl-dev
   ninja-build cmake g++ libjemalloc-dev
   libnats-dev libhiredis-dev nats-server redis-server
-  curl libcli11-dev python3-yaml clang libclang-rt-14-dev
+  curl libcli11-dev libtomlplusplus-dev python3-yaml clang libclang-rt-14-dev
+  dpkg-dev file
 )
 
 missing=()

@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "storage/base/log.hpp"
 #include "storage/rocksdb/wal_prezero.hpp"
 #include "storage/schema.hpp"
 
@@ -346,7 +347,7 @@ struct rocksdb_store::impl {
       fault_since_ = std::chrono::steady_clock::now();
       writable_.store(false, std::memory_order_release);
     }
-    fmt::print(stderr, "onceq storage: not writable: {}\n", reason);
+    log(log_level::error, "storage", fmt::format("not writable: {}", reason));
   }
 
   void clear_fault(std::string_view how) {
@@ -357,8 +358,9 @@ struct rocksdb_store::impl {
       fault_reason_.clear();
       writable_.store(true, std::memory_order_release);
     }
-    fmt::print(stderr, "onceq storage: writable again after {} ms ({})\n",
-               std::chrono::duration_cast<std::chrono::milliseconds>(down).count(), how);
+    log(log_level::warn, "storage",
+        fmt::format("writable again after {} ms ({})",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(down).count(), how));
   }
 
   // Replaces the reason while still not writable (resume learnt more).
@@ -672,7 +674,7 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
     p->sfm_.reset(rocksdb::NewSstFileManager(p->env_ ? p->env_.get() : rocksdb::Env::Default()));
     p->listener_ = std::make_shared<fault_listener>(
         [raw_p = p.get()](std::string why) { raw_p->set_fault(std::move(why)); },
-        [](std::string note) { fmt::print(stderr, "onceq storage: {}\n", note); });
+        [](std::string note) { log(log_level::warn, "storage", note); });
 
     // LZ4 is cheap enough to pay for itself on JSON payloads and records;
     // fall back to none if this librocksdb was built without it.

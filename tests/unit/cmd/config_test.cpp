@@ -1,6 +1,11 @@
-// onceqd's flags: values land in the option structs, bad values are
-// errc::invalid_argument naming the flag.
+// onceqd's flags and --config files: values land in the option structs,
+// bad values are errc::invalid_argument naming the flag or the file's key.
 #include "cmd/config.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -70,6 +75,182 @@ TEST(config_test, auth_file_is_off_by_default_and_needs_a_path) {
   EXPECT_FALSE(parse({"--auth-file"}).ok());
   EXPECT_FALSE(parse({"--auth-file="}).ok());
   EXPECT_NE(usage().find("--auth-file"), std::string::npos);
+}
+
+TEST(config_test, every_flag_keeps_its_help_line) {
+  const std::string help = usage();
+  for (std::string_view line :
+       {"  --listen HOST:PORT       address to serve on; port 0 picks a free one (default "
+        "127.0.0.1:8080)",
+        "  --threads N              HTTP I/O threads, 1..256 (default 2)",
+        "  --max-backlog-messages N max_backlog_messages of topics created without one;\n"
+        "                           0 is unlimited (default 0)",
+        "  --tls-key FILE           PEM private key of --tls-cert",
+        "  --help                   print this and exit"}) {
+    EXPECT_NE(help.find(line), std::string::npos) << line << "\nin:\n" << help;
+  }
+  for (const auto& key : config_keys()) {
+    EXPECT_NE(help.find("  --" + key + " "), std::string::npos) << key;
+  }
+}
+
+TEST(config_test, help_and_version_and_unknown_flags) {
+  EXPECT_TRUE(parse({"--help"})->show_help);
+  EXPECT_TRUE(parse({"-h"})->show_help);
+  EXPECT_TRUE(parse({"--version"})->show_version);
+  auto c = parse({"--no-such-flag", "1"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find("--no-such-flag"), std::string::npos) << c.err().message;
+  EXPECT_FALSE(parse({"stray"}).ok());
+}
+
+TEST(config_test, ranges_are_checked_per_flag) {
+  EXPECT_FALSE(parse({"--threads", "0"}).ok());
+  EXPECT_FALSE(parse({"--threads", "257"}).ok());
+  EXPECT_TRUE(parse({"--threads", "256"}).ok());
+  EXPECT_FALSE(parse({"--max-header-bytes", "1023"}).ok());
+  EXPECT_FALSE(parse({"--default-lease-ms", "3600001"}).ok());
+  EXPECT_FALSE(parse({"--listen", "nohost"}).ok());
+  EXPECT_FALSE(parse({"--listen", "h:65536"}).ok());
+  EXPECT_FALSE(parse({"--fsync", "sometimes"}).ok());
+  auto tls = parse({"--tls-cert", "c.pem"});
+  ASSERT_FALSE(tls.ok());
+  EXPECT_NE(tls.err().message.find("--tls-key"), std::string::npos);
+  auto c = parse({"--listen", "[::1]:0", "--fsync", "interval:5", "--max-queue=10"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->http.host, "::1");
+  EXPECT_EQ(c->http.port, 0);
+  EXPECT_EQ(c->http.max_queue_depth, 10u);
+  EXPECT_EQ(c->runner.max_queue, 20u);
+}
+
+TEST(config_test, log_flags_and_access_log) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->log.level, log_level::info);
+  EXPECT_EQ(c->log.format, log_format::json);
+  EXPECT_FALSE(c->http.access_log);
+  c = parse({"--log-level", "debug", "--log-format=text", "--access-log"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->log.level, log_level::debug);
+  EXPECT_EQ(c->log.format, log_format::text);
+  EXPECT_TRUE(c->http.access_log);
+  auto bad = parse({"--log-level", "loud"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("--log-level"), std::string::npos) << bad.err().message;
+}
+
+// A --config file in a fresh temp directory.
+class config_file_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("onceq-config-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "onceqd.toml").string();
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  result<config> with_file(std::string_view text, std::vector<std::string_view> more = {}) {
+    std::ofstream(path_) << text;
+    std::vector<std::string_view> args{"--config", path_};
+    args.insert(args.end(), more.begin(), more.end());
+    return parse_args(args);
+  }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(config_file_test, file_settings_apply_and_flags_override_them) {
+  auto c = with_file(R"(
+# onceqd.toml
+listen = "0.0.0.0:9000"
+data-dir = "/var/lib/onceq"
+fsync = "interval:10"
+threads = 4
+max-inflight = 7
+access-log = true
+log-format = "text"
+)",
+                     {"--threads", "8"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->http.host, "0.0.0.0");
+  EXPECT_EQ(c->http.port, 9000);
+  EXPECT_EQ(c->storage.data_dir, "/var/lib/onceq");
+  EXPECT_EQ(c->storage.fsync.to_string(), "interval:10");
+  EXPECT_EQ(c->http.threads, 8u);  // the flag wins
+  EXPECT_EQ(c->http.topic_defaults.max_inflight, 7);
+  EXPECT_TRUE(c->http.access_log);
+  EXPECT_EQ(c->log.format, log_format::text);
+}
+
+TEST_F(config_file_test, every_flag_is_a_key) {
+  // A valid value for each key: the file takes every flag but --config.
+  std::string text;
+  for (const auto& key : config_keys()) {
+    if (key == "tls-cert" || key == "tls-key" || key == "auth-file") {
+      text += key + " = \"x\"\n";
+    } else if (key == "access-log") {
+      text += key + " = false\n";
+    } else if (key == "listen") {
+      text += key + " = \"127.0.0.1:0\"\n";
+    } else if (key == "data-dir") {
+      text += key + " = \"d\"\n";
+    } else if (key == "fsync") {
+      text += key + " = \"always\"\n";
+    } else if (key == "log-level") {
+      text += key + " = \"warn\"\n";
+    } else if (key == "log-format") {
+      text += key + " = \"json\"\n";
+    } else if (key == "threads") {
+      text += key + " = 4\n";
+    } else {
+      text += key + " = 1024\n";
+    }
+  }
+  auto c = with_file(text);
+  ASSERT_TRUE(c.ok()) << c.err().message << "\n" << text;
+  EXPECT_EQ(c->http.threads, 4u);
+  EXPECT_EQ(c->storage.block_cache_bytes, std::size_t{1024} << 20);
+  EXPECT_EQ(c->log.level, log_level::warn);
+  EXPECT_EQ(c->http.tls_key_file, "x");
+}
+
+TEST_F(config_file_test, unknown_keys_and_bad_values_name_the_key) {
+  auto c = with_file("threads = 2\nthreadz = 3\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.code(), errc::invalid_argument);
+  EXPECT_NE(c.err().message.find(path_ + ": threadz: unknown key"), std::string::npos)
+      << c.err().message;
+
+  c = with_file("wal-prezero-kb = 1048577\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find(": wal-prezero-kb: expected an integer 0..1048576"),
+            std::string::npos)
+      << c.err().message;
+
+  c = with_file("threads = \"four\"\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find(": threads: "), std::string::npos) << c.err().message;
+
+  c = with_file("listen = [\"a\", \"b\"]\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find(": listen: expected a string"), std::string::npos)
+      << c.err().message;
+
+  c = with_file("config = \"other.toml\"\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find(": config: unknown key"), std::string::npos) << c.err().message;
+
+  c = with_file("threads = \n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find(path_ + ":1:"), std::string::npos) << c.err().message;
+
+  auto missing = parse({"--config", "/nonexistent/onceqd.toml"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.err().message.find("/nonexistent/onceqd.toml"), std::string::npos);
 }
 
 }  // namespace
