@@ -8,7 +8,7 @@ packages=(
   libssl-dev
   ninja-build cmake g++ libjemalloc-dev
   libnats-dev libhiredis-dev nats-server redis-server
-  curl libcli11-dev python3-yaml
+  curl libcli11-dev python3-yaml chromium
 )
 
 missing=()
