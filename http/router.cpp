@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/codec.hpp"
+#include "http/embedded.hpp"
 #include "http/error_table.hpp"
 #include "http/ndjson.hpp"
 #include "http/params.hpp"
@@ -96,6 +97,10 @@ const router::route_def router::k_routes[] = {
     {verb::get, "/v1/keys", &router::keys, true, scope::consume},
     {verb::post, "/v1/dlq/redrive", &router::redrive, true, scope::admin},
     {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
+    // Public like healthz: the page and the spec hold no data; the page's
+    // own API calls carry the token (docs/UI.md).
+    {verb::get, "/ui", &router::ui, false, scope::none},
+    {verb::get, "/v1/openapi.json", &router::openapi, false, scope::none},
 };
 const std::size_t router::k_route_count = std::size(router::k_routes);
 
@@ -506,6 +511,31 @@ asio::awaitable<reply> router::prometheus(call& c) {
   metrics_->render(body);
   out.res.prepare_payload();
   co_return out;
+}
+
+// The console talks to this server only: the CSP keeps a page that
+// someone managed to inject text into from loading or sending anything
+// elsewhere, and the page may not be framed (clickjacking).
+asio::awaitable<reply> router::ui(call&) {
+  reply r;
+  r.res.result(status::ok);
+  r.res.set(bhttp::field::content_type, "text/html; charset=utf-8");
+  r.res.set(bhttp::field::cache_control, "no-cache");
+  r.res.set("Content-Security-Policy",
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'");
+  r.res.set("X-Content-Type-Options", "nosniff");
+  r.res.set("Referrer-Policy", "no-referrer");
+  r.res.body() = std::string(ui_page());
+  r.res.prepare_payload();
+  co_return r;
+}
+
+asio::awaitable<reply> router::openapi(call&) {
+  reply r = json_text_reply(status::ok, std::string(openapi_document()));
+  r.res.set(bhttp::field::cache_control, "no-cache");
+  co_return r;
 }
 
 }  // namespace onceq::http

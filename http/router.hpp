@@ -138,6 +138,8 @@ class router {
   asio::awaitable<reply> keys(call& c);
   asio::awaitable<reply> redrive(call& c);
   asio::awaitable<reply> prometheus(call& c);
+  asio::awaitable<reply> ui(call& c);
+  asio::awaitable<reply> openapi(call& c);
 
   reply error_reply(const error& e, const call& c, std::string_view allow = {}) const;
   // The 403 when the request's token may not use topic; nullopt if it may.

@@ -344,7 +344,8 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"POST /v1/consume", scope::consume},    {"POST /v1/ack", scope::consume},
       {"POST /v1/nack", scope::consume},       {"POST /v1/extend", scope::consume},
       {"GET /v1/keys", scope::consume},        {"POST /v1/dlq/redrive", scope::admin},
-      {"GET /metrics", scope::metrics},
+      {"GET /metrics", scope::metrics},        {"GET /ui", scope::none},
+      {"GET /v1/openapi.json", scope::none},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {
@@ -357,6 +358,8 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
 TEST_F(AuthRouterTest, OpenRoutesNeedNoToken) {
   EXPECT_EQ(send(bhttp::verb::get, "/v1/healthz", "", "").result_int(), 200u);
   EXPECT_EQ(send(bhttp::verb::get, "/v1/version", "", "").result_int(), 200u);
+  EXPECT_EQ(send(bhttp::verb::get, "/ui", "", "").result_int(), 200u);
+  EXPECT_EQ(send(bhttp::verb::get, "/v1/openapi.json", "", "").result_int(), 200u);
 }
 
 TEST_F(AuthRouterTest, MissingOrUnknownTokenIs401WithChallenge) {

@@ -48,6 +48,27 @@ class RouterTest : public ::testing::Test {
   router_harness h_;
 };
 
+// GET /ui is one self-contained page: its style and script are inlined,
+// nothing is loaded from elsewhere, and its CSP says so.
+TEST_F(RouterTest, UiIsOneSelfContainedPage) {
+  auto res = h_.get("/ui");
+  ASSERT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res[bhttp::field::content_type], "text/html; charset=utf-8");
+  EXPECT_NE(res["Content-Security-Policy"].find("connect-src 'self'"), std::string_view::npos);
+  std::string page = res.body();
+  EXPECT_EQ(page.rfind("<!doctype html>", 0), 0u);
+  EXPECT_NE(page.find("<style>"), std::string::npos);
+  EXPECT_NE(page.find("setInterval(refresh"), std::string::npos) << "app.js is not inlined";
+  EXPECT_EQ(page.find("src=\""), std::string::npos) << "the page loads a file";
+  EXPECT_EQ(page.find("href=\"style.css\""), std::string::npos);
+  // The SVG namespace is a name, not a place the page loads from.
+  const std::string svg_ns = "http://www.w3.org/2000/svg";
+  page.erase(page.find(svg_ns), svg_ns.size());
+  EXPECT_EQ(page.find("http://"), std::string::npos) << "the page names another origin";
+  EXPECT_EQ(page.find("https://"), std::string::npos) << "the page names another origin";
+  EXPECT_EQ(h_.get("/ui/").result_int(), 404);
+}
+
 TEST_F(RouterTest, Healthz) {
   auto res = h_.get("/v1/healthz");
   EXPECT_EQ(res.result_int(), 200);
@@ -577,7 +598,9 @@ TEST_F(RouterTest, RoutesAreDescribed) {
   auto routes = h_.routes().describe_routes();
   EXPECT_NE(std::find(routes.begin(), routes.end(), "POST /v1/produce"), routes.end());
   EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /metrics"), routes.end());
-  EXPECT_EQ(routes.size(), 15u);
+  EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /ui"), routes.end());
+  EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /v1/openapi.json"), routes.end());
+  EXPECT_EQ(routes.size(), 17u);
 }
 
 }  // namespace
