@@ -9,7 +9,7 @@ packages=(
   ninja-build cmake g++ libjemalloc-dev
   libnats-dev libhiredis-dev nats-server redis-server
   curl libcli11-dev libtomlplusplus-dev python3-yaml clang libclang-rt-14-dev
-  dpkg-dev file chromium
+  dpkg-dev file chromium python3-jsonschema
 )
 
 missing=()
