@@ -140,13 +140,14 @@ struct produced {
   std::uint32_t partition = 0;
   std::uint64_t offset = 0;
   bool duplicate = false;
-  // Not stored: the key is committed in every skip_if_committed group.
-  bool already_committed = false;
-  std::map<std::string, committed_key> committed;  // by group
 };
 
 struct produce_reply {
   std::vector<produced> results;
+  // Results not stored because the message's key is committed in every
+  // skip_if_committed group: result index -> each group's commit. Their
+  // entries in results carry no position.
+  std::map<std::size_t, std::map<std::string, committed_key>> already_committed;
 };
 
 struct consume_cmd {

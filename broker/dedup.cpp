@@ -29,21 +29,14 @@ void produce_dedup::load(st::store& store) {
 result<std::optional<produced>> produce_dedup::earlier(std::size_t i, millis now) {
   if (slot_[i] == k_none) return std::optional<produced>{};
   if (auto it = seen_.find(ids_[i]); it != seen_.end()) {
-    produced dup;
-    dup.partition = it->second.partition;
-    dup.offset = it->second.offset;
-    dup.duplicate = true;
-    return std::optional<produced>{dup};
+    return std::optional<produced>{produced{it->second.partition, it->second.offset, true}};
   }
   auto& v = stored_[slot_[i]];
   if (v.ok()) {
     auto d = st::decode_dedup(*v);
     if (!d.ok()) return std::move(d).err();
     if (now < d->stored_at_ms + window_) {
-      produced dup;
-      dup.partition = d->partition;
-      dup.offset = d->offset;
-      dup.duplicate = true;
+      produced dup{d->partition, d->offset, true};
       seen_.emplace(ids_[i], dup);
       return std::optional<produced>{dup};
     }

@@ -167,25 +167,26 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
       continue;
     }
     if (!skip.empty() && !keys[i].empty()) {
-      produced done;
-      done.already_committed = true;
+      std::map<std::string, committed_key> done;
+      bool all = true;
       for (const auto& [name, g] : skip) {
         if (g == nullptr) {
-          done.already_committed = false;
+          all = false;
           break;
         }
         auto k = key_table::live(c.store, st::keys::idem_key(t.rec.id, g->id, m.tenant_id, keys[i]),
                                  now);
         if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
         if (!k.ok() || k->state != st::key_state::committed) {
-          done.already_committed = false;
+          all = false;
           break;
         }
-        done.committed.emplace(name, committed_key{k->result_json, k->committed_at_ms, k->owner});
+        done.emplace(name, committed_key{k->result_json, k->committed_at_ms, k->owner});
       }
-      if (done.already_committed) {
-        note_produce(i, st::history_kind::produce_committed, produced{});
-        reply.results.push_back(std::move(done));
+      if (all) {
+        note_produce(i, st::history_kind::produce_committed, produced{0, 0, false});
+        reply.already_committed.emplace(reply.results.size(), std::move(done));
+        reply.results.push_back(produced{0, 0, false});
         ++already;
         continue;
       }
@@ -196,9 +197,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     } else if (m.key && !m.key->empty()) {
       p = static_cast<std::uint32_t>(partition_hash(*m.key) % t.parts.size());
     }
-    produced at;
-    at.partition = p;
-    at.offset = tx.append_offset(t.parts[p]);
+    produced at{p, tx.append_offset(t.parts[p]), false};
     auto rec = to_record(m, keys[i], now);
     if (s.key_conflict == static_cast<std::uint8_t>(topic_settings::conflict::supersede) &&
         !keys[i].empty()) {

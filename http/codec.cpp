@@ -577,9 +577,9 @@ std::string produce_reply_json(const produce_reply& r, std::string_view topic, b
   std::string out;
   if (!batch) {
     const produced& p = r.results.at(0);
-    if (p.already_committed) {
+    if (auto done = r.already_committed.find(0); done != r.already_committed.end()) {
       out += R"({"committed":)";
-      append_committed(out, p.committed);
+      append_committed(out, done->second);
       out += R"(,"status":"already_committed","topic":)";
       append_json_string(out, topic);
       out += '}';
@@ -600,9 +600,9 @@ std::string produce_reply_json(const produce_reply& r, std::string_view topic, b
   for (std::size_t i = 0; i < r.results.size(); ++i) {
     const produced& p = r.results[i];
     if (i > 0) out += ',';
-    if (p.already_committed) {
+    if (auto done = r.already_committed.find(i); done != r.already_committed.end()) {
       out += R"({"committed":)";
-      append_committed(out, p.committed);
+      append_committed(out, done->second);
       out += R"(,"status":"already_committed"})";
       continue;
     }
@@ -698,7 +698,8 @@ json to_json(const key_info& k) {
   j["partition"] = k.partition;
   j["offset"] = k.offset;
   j["attempts"] = k.attempts;
-  j["fencing_token"] = k.fencing_token;
+  // 0: a key recorded before fencing tokens existed.
+  if (k.fencing_token != 0) j["fencing_token"] = k.fencing_token;
   if (k.st == key_info::state::leased) j["lease_expires_at_ms"] = k.lease_expires_at_ms;
   if (k.st == key_info::state::committed) {
     j["committed_at_ms"] = k.committed_at_ms;

@@ -121,8 +121,8 @@ std::string replay(broker& b, manual_clock& clock, const std::vector<entry>& log
             answers += code_str(r.code());
             if (r.ok())
               for (auto& p : r->results)
-                answers += fmt::format(" {}/{}/{}/{}", p.partition, p.offset, p.duplicate,
-                                       p.already_committed);
+                answers += fmt::format(" {}/{}/{}", p.partition, p.offset, p.duplicate);
+            if (r.ok()) answers += fmt::format(" committed={}", r->already_committed.size());
           } else if constexpr (std::is_same_v<T, consume_cmd>) {
             auto r = b.consume(c);
             answers += code_str(r.code());

@@ -344,6 +344,7 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"POST /v1/consume", scope::consume},    {"POST /v1/ack", scope::consume},
       {"POST /v1/nack", scope::consume},       {"POST /v1/extend", scope::consume},
       {"GET /v1/keys", scope::consume},        {"POST /v1/dlq/redrive", scope::admin},
+      {"GET /v1/keys/history", scope::consume},
       {"GET /metrics", scope::metrics},
   };
   ASSERT_EQ(routes.size(), expected.size());

@@ -68,7 +68,7 @@ std::size_t nlohmann_produce(const std::string& body) {
     }
     std::string envelope_json = dump(env);
     sink += key.size() + value.size() + idem.size() + msg_id.size() + envelope_json.size();
-    reply.results.push_back(produced{static_cast<std::uint32_t>(i % 4), 1'000'000 + i, false, false, {}});
+    reply.results.push_back(produced{static_cast<std::uint32_t>(i % 4), 1'000'000 + i, false});
   }
   json results = json::array();
   for (const auto& p : reply.results) {
@@ -111,7 +111,7 @@ std::size_t new_produce(const std::string& body) {
   produce_reply reply;
   reply.results.reserve(pr->cmd.messages.size());
   for (std::size_t i = 0; i < pr->cmd.messages.size(); ++i) {
-    reply.results.push_back(produced{static_cast<std::uint32_t>(i % 4), 1'000'000 + i, false, false, {}});
+    reply.results.push_back(produced{static_cast<std::uint32_t>(i % 4), 1'000'000 + i, false});
   }
   return pr->cmd.messages.size() + produce_reply_json(reply, pr->cmd.topic, true).size();
 }
