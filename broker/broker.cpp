@@ -243,8 +243,9 @@ result<key_history> broker::get_key_history(const key_query& q) {
   auto* t = c.topics.find(q.topic);
   if (t == nullptr) return topic_not_found(q.topic);
   if (!t->rec.settings.key_history)
-    return make_error(errc::failed_precondition,
-                      fmt::format("topic '{}' keeps no key history (setting key_history)", q.topic));
+    return make_error(
+        errc::failed_precondition,
+        fmt::format("topic '{}' keeps no key history (setting key_history)", q.topic));
   const auto now = c.time.now_ms();
   // The group's own events, and the topic's produce events of the key.
   std::vector<std::string> hkeys{st::keys::key_history(t->rec.id, 0, q.tenant_id, q.key)};
@@ -318,9 +319,10 @@ std::string broker::describe_state() const {
   std::string out =
       fmt::format("next_topic_id={} timers={}\n", c.topics.next_id(), c.timers.size());
   c.topics.for_each([&](const topic& t) {
-    out += fmt::format("topic {} id={} partitions={} produced={} dups={} committed={} next_group={}\n",
-                       t.rec.name, t.rec.id, t.rec.partitions, t.produced, t.produce_duplicates,
-                       t.produce_already_committed, t.next_group_id);
+    out +=
+        fmt::format("topic {} id={} partitions={} produced={} dups={} committed={} next_group={}\n",
+                    t.rec.name, t.rec.id, t.rec.partitions, t.produced, t.produce_duplicates,
+                    t.produce_already_committed, t.next_group_id);
     for (const auto& p : t.parts)
       out += fmt::format(" p{} start={} next={} bytes={}\n", p.index, p.start, p.next, p.bytes);
     for (const auto& [name, g] : t.groups) out += g->describe();

@@ -185,7 +185,7 @@ struct delivery_ref {
   std::string owner;
   std::uint32_t partition = 0;
   std::uint64_t offset = 0;
-  std::optional<std::int64_t> attempts;  // fence: must equal the current delivery's
+  std::optional<std::int64_t> attempts;        // fence: must equal the current delivery's
   std::optional<std::uint64_t> fencing_token;  // fence: must equal the current delivery's
 };
 
@@ -241,10 +241,10 @@ struct key_info {
   std::uint32_t partition = 0;
   std::uint64_t offset = 0;
   std::int64_t attempts = 0;
-  millis lease_expires_at_ms = 0;  // leased
-  millis committed_at_ms = 0;      // committed
-  millis expires_at_ms = 0;        // committed; 0 = never
-  std::string result_json;         // committed, "" if none
+  millis lease_expires_at_ms = 0;   // leased
+  millis committed_at_ms = 0;       // committed
+  millis expires_at_ms = 0;         // committed; 0 = never
+  std::string result_json;          // committed, "" if none
   std::uint64_t fencing_token = 0;  // of the lease, or of the delivery that committed / failed it
 };
 

@@ -171,9 +171,15 @@ class consume_planner {
           tx_.batch().del(column::deliveries,
                           st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
         note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                     st::history_event{st::history_kind::duplicate_auto_acked, now_, {},
-                                       pos.partition, pos.offset, d.attempts, k->fencing_token,
-                                       {}, 0});
+                     st::history_event{st::history_kind::duplicate_auto_acked,
+                                       now_,
+                                       {},
+                                       pos.partition,
+                                       pos.offset,
+                                       d.attempts,
+                                       k->fencing_token,
+                                       {},
+                                       0});
         tx_.then([g, pos] {
           ++g->stats.auto_acked;
           g->close(pos);
@@ -192,8 +198,15 @@ class consume_planner {
     put_delivery(tx_, t_, g_, pos, d);
     if (!d.scope.empty())
       note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                   st::history_event{st::history_kind::leased, now_, d.owner, pos.partition,
-                                     pos.offset, d.attempts, d.fencing_token, {}, 0});
+                   st::history_event{st::history_kind::leased,
+                                     now_,
+                                     d.owner,
+                                     pos.partition,
+                                     pos.offset,
+                                     d.attempts,
+                                     d.fencing_token,
+                                     {},
+                                     0});
 
     delivery out;
     out.topic = t_.rec.name;
@@ -236,8 +249,15 @@ class consume_planner {
       tx_.batch().del(column::deliveries,
                       st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
     note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                 st::history_event{st::history_kind::superseded, now_, {}, pos.partition,
-                                   pos.offset, d.attempts, 0, "superseded", 0});
+                 st::history_event{st::history_kind::superseded,
+                                   now_,
+                                   {},
+                                   pos.partition,
+                                   pos.offset,
+                                   d.attempts,
+                                   0,
+                                   "superseded",
+                                   0});
     auto* g = &g_;
     auto* t = &t_;
     tx_.then([&c = c_, t, g, pos, now = now_] {

@@ -86,11 +86,11 @@ std::string group_state::describe() const {
     const auto& ps = parts[p];
     out += fmt::format("   p{} cursor={} ready=[{}]\n", p, ps.cursor, fmt::join(ps.ready, ","));
     for (const auto& [off, d] : ps.open)
-      out +=
-          fmt::format("    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={} "
-                      "token={}\n",
-                      off, static_cast<int>(d.state), d.owner, d.attempts, d.lease_deadline_ms,
-                      d.not_before_ms, d.last_error, d.parked, d.fencing_token);
+      out += fmt::format(
+          "    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={} "
+          "token={}\n",
+          off, static_cast<int>(d.state), d.owner, d.attempts, d.lease_deadline_ms, d.not_before_ms,
+          d.last_error, d.parked, d.fencing_token);
   }
   out += keys.describe();
   return out;

@@ -24,9 +24,9 @@ struct open_delivery {
   millis not_before_ms = 0;
   std::string last_error;
   std::uint64_t fencing_token = 0;  // of the current (or last) lease
-  bool parked = false;  // waiting for its key to be released
-  bool known = false;   // the fields below were filled from the message
-  std::string scope;    // storage key of its idempotency key; "" if none
+  bool parked = false;              // waiting for its key to be released
+  bool known = false;               // the fields below were filled from the message
+  std::string scope;                // storage key of its idempotency key; "" if none
   std::int64_t key_ttl_ms = -1;
   std::int64_t max_attempts = -1;
   std::int64_t backoff_ms = -1;

@@ -37,9 +37,8 @@ result<std::string> message_key(const storage::topic_record& t, const message_in
       if (v.code() == errc::not_found)
         return make_error(errc::invalid_argument,
                           fmt::format("{}: idempotency key source '{}' is missing", where, source));
-      return make_error(errc::invalid_argument,
-                        fmt::format("{}: idempotency key source '{}': {}", where, source,
-                                    v.err().message));
+      return make_error(errc::invalid_argument, fmt::format("{}: idempotency key source '{}': {}",
+                                                            where, source, v.err().message));
     }
     if (!first) key += ':';
     first = false;

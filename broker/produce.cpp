@@ -114,16 +114,16 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     ONCEQ_TRY(validate_label(fmt::format("skip_if_committed[{}]", i), cmd.skip_if_committed[i]));
     for (std::size_t j = 0; j < i; ++j)
       if (cmd.skip_if_committed[j] == cmd.skip_if_committed[i])
-        return invalid(fmt::format("skip_if_committed names group '{}' twice",
-                                   cmd.skip_if_committed[i]));
+        return invalid(
+            fmt::format("skip_if_committed names group '{}' twice", cmd.skip_if_committed[i]));
   }
   // Each message's key (explicit or derived) and, with dedup_by_content,
   // its content id.
   std::vector<std::string> keys(cmd.messages.size());
   std::vector<std::string> content_ids;
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
-    const auto where = cmd.messages.size() == 1 ? std::string("message")
-                                                : fmt::format("messages[{}]", i);
+    const auto where =
+        cmd.messages.size() == 1 ? std::string("message") : fmt::format("messages[{}]", i);
     auto k = message_key(t.rec, cmd.messages[i], cmd.inspector, where);
     if (!k.ok()) return std::move(k).err();
     keys[i] = std::move(*k);

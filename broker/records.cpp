@@ -39,8 +39,8 @@ topic_settings to_api(const storage::topic_settings& r) {
   s.idempotency_key_include_topic = r.idempotency_key_include_topic;
   s.idempotency_key_optional = r.idempotency_key_optional;
   s.dedup_by_content = r.dedup_by_content;
-  s.key_conflict = r.key_conflict == 1 ? topic_settings::conflict::supersede
-                                       : topic_settings::conflict::hold;
+  s.key_conflict =
+      r.key_conflict == 1 ? topic_settings::conflict::supersede : topic_settings::conflict::hold;
   s.key_history = r.key_history;
   return s;
 }

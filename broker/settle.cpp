@@ -57,8 +57,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   std::set<std::string> committed;
   for (const auto& a : cmd.acks) {
     ack_outcome o{a.partition, a.offset, errc::ok, {}};
-    delivery_ref ref{cmd.topic,  cmd.group,  cmd.owner,
-                     a.partition, a.offset, a.attempts, a.fencing_token};
+    delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
+                     a.offset,  a.attempts, a.fencing_token};
     auto one = [&]() -> result<void> {
       auto loc = locate(c, ref, tx);
       if (!loc.ok()) return std::move(loc).err();
@@ -114,8 +114,14 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         tx.batch().put(column::keys, d.scope, st::encode(kr));
         committed.insert(d.scope);
         note_history(tx, *t, d.scope, ttl,
-                     st::history_event{st::history_kind::committed, now, cmd.owner,
-                                       pos.partition, pos.offset, d.attempts, d.fencing_token, {},
+                     st::history_event{st::history_kind::committed,
+                                       now,
+                                       cmd.owner,
+                                       pos.partition,
+                                       pos.offset,
+                                       d.attempts,
+                                       d.fencing_token,
+                                       {},
                                        a.result_json.size()});
       }
       // Kept (until retention) so that the same owner's repeated ack is a no-op.

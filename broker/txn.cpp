@@ -38,11 +38,10 @@ result<void> txn::commit(storage::store& store) {
         rec.expires_at_ms <= pending.events.front().at_ms)
       rec.events.clear();
     // The key lives as long as its longest-lived event asks.
-    rec.expires_at_ms = rec.expires_at_ms == 0 && !rec.events.empty()
-                            ? 0
-                            : (pending.expires_at == 0 ? 0
-                                                       : std::max(rec.expires_at_ms,
-                                                                  pending.expires_at));
+    rec.expires_at_ms =
+        rec.expires_at_ms == 0 && !rec.events.empty()
+            ? 0
+            : (pending.expires_at == 0 ? 0 : std::max(rec.expires_at_ms, pending.expires_at));
     for (auto& e : pending.events) rec.events.push_back(std::move(e));
     if (rec.events.size() > storage::k_history_max)
       rec.events.erase(rec.events.begin(),

@@ -54,9 +54,9 @@ result<void> validate_settings(const topic_settings& s) {
 
 result<void> validate_key_fields(const std::vector<std::string>& fields) {
   if (fields.size() > k_max_key_fields)
-    return make_error(errc::invalid_argument,
-                      fmt::format("idempotency_key_fields holds at most {} sources",
-                                  k_max_key_fields));
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("idempotency_key_fields holds at most {} sources", k_max_key_fields));
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const std::string_view f = fields[i];
     auto bad = [&](std::string_view why) {

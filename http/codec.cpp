@@ -463,8 +463,8 @@ result<ack_request> parse_ack(const params& p) {
       }
       return b;
     }
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "result",
-            "fencing_token"});
+    r.only(
+        {"topic", "group", "owner", "partition", "offset", "attempts", "result", "fencing_token"});
     ack_cmd c;
     c.ref = read_ref(r);
     c.result_json = read_result(r);

@@ -194,14 +194,16 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
                    topic, t.produce_duplicates + t.produce_already_committed);
     for (const auto& [group, g] : t.groups) {
       const std::string gl = escape_label(group);
-      fmt::format_to(it,
-                     "onceq_duplicates_suppressed_total{{stage=\"consume\",topic=\"{}\",group=\"{}\"}} "
-                     "{}\n",
-                     topic, gl, g.auto_acked);
-      fmt::format_to(it,
-                     "onceq_duplicates_suppressed_total{{stage=\"supersede\",topic=\"{}\",group=\"{}\"}}"
-                     " {}\n",
-                     topic, gl, g.superseded);
+      fmt::format_to(
+          it,
+          "onceq_duplicates_suppressed_total{{stage=\"consume\",topic=\"{}\",group=\"{}\"}} "
+          "{}\n",
+          topic, gl, g.auto_acked);
+      fmt::format_to(
+          it,
+          "onceq_duplicates_suppressed_total{{stage=\"supersede\",topic=\"{}\",group=\"{}\"}}"
+          " {}\n",
+          topic, gl, g.superseded);
     }
   }
 }

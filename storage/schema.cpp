@@ -337,11 +337,10 @@ result<topic_record> decode_topic(std::string_view v) {
   topic_record t;
   auto& s = t.settings;
   std::uint8_t version = 0;
-  if (!(r.version_in(k_format_version, k_topic_version, version) && r.uvar(t.id) &&
-        r.str(t.name) && r.uvar(t.partitions) &&
-        r.svarint(s.lease_ms) && r.svarint(s.max_attempts) && r.svarint(s.backoff_ms) &&
-        r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) && r.svarint(s.dedup_window_ms) &&
-        r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
+  if (!(r.version_in(k_format_version, k_topic_version, version) && r.uvar(t.id) && r.str(t.name) &&
+        r.uvar(t.partitions) && r.svarint(s.lease_ms) && r.svarint(s.max_attempts) &&
+        r.svarint(s.backoff_ms) && r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) &&
+        r.svarint(s.dedup_window_ms) && r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
     return corrupt("topic");
   if (version >= 2 && !(r.svarint(s.max_backlog_messages) && r.svarint(s.max_backlog_bytes) &&
                         r.svarint(s.max_inflight)))

@@ -120,7 +120,7 @@ struct key_record {
   std::uint64_t offset = 0;
   std::int64_t attempts = 0;
   millis committed_at_ms = 0;
-  std::string result_json;  // "" when the ack carried no result
+  std::string result_json;          // "" when the ack carried no result
   std::uint64_t fencing_token = 0;  // of the delivery that committed or failed it (version 2)
 };
 
@@ -139,11 +139,11 @@ enum class history_kind : std::uint8_t {
   lease_expired = 2,
   nacked = 3,
   committed = 4,
-  duplicate_auto_acked = 5,   // a delivery found the key committed
-  produce_duplicate = 6,      // a produce answered from the dedup window
-  produce_committed = 7,      // a produce answered already_committed
-  superseded = 8,             // a waiting message replaced by a newer one
-  failed = 9,                 // attempts used up: dead-lettered
+  duplicate_auto_acked = 5,  // a delivery found the key committed
+  produce_duplicate = 6,     // a produce answered from the dedup window
+  produce_committed = 7,     // a produce answered already_committed
+  superseded = 8,            // a waiting message replaced by a newer one
+  failed = 9,                // attempts used up: dead-lettered
 };
 struct history_event {
   history_kind kind = history_kind::leased;

@@ -84,7 +84,8 @@ TEST_F(BrokerTest, BatchProduceIsAtomic) {
   create("t", 2);
   auto good = msg("ok");
   auto bad = msg("");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}, {}, nullptr}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}, {}, nullptr}).code(),
+            errc::invalid_argument);
   EXPECT_TRUE(consume("t", "g", "a").empty());
   auto r = b().produce(produce_cmd{"t", {good, good, good}, {}, {}, nullptr});
   ASSERT_TRUE(r.ok());
@@ -231,11 +232,11 @@ TEST_F(BrokerTest, AckBatchReportsEachAck) {
   produce("t", "x");
   produce("t", "y");
   auto d = consume("t", "g", "a", 2);
-  ack_batch_cmd cmd{
-      "t",
-      "g",
-      "a",
-      {ack_item{0, d[0].offset, {}, {}, {}}, ack_item{0, 99, {}, {}, {}}, ack_item{0, d[1].offset, 7, {}, {}}}};
+  ack_batch_cmd cmd{"t",
+                    "g",
+                    "a",
+                    {ack_item{0, d[0].offset, {}, {}, {}}, ack_item{0, 99, {}, {}, {}},
+                     ack_item{0, d[1].offset, 7, {}, {}}}};
   auto r = b().ack_batch(cmd);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->size(), 3u);

@@ -164,7 +164,8 @@ errc do_ack(world& w) {
   return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})"}));
 }
 errc do_ack_batch(world& w) {
-  return code_of(w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, "", {}}, {0, 0, 1, "", {}}}}));
+  return code_of(
+      w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, "", {}}, {0, 0, 1, "", {}}}}));
 }
 errc do_nack(world& w) {
   return code_of(w.b->nack(nack_cmd{k_ref, "boom", std::nullopt}));

@@ -72,8 +72,10 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
         ack_batch_cmd a{topic, group, owner, {}};
         for (int k = 0, count = 1 + pick(3); k < count; ++k)
           a.acks.push_back(ack_item{static_cast<std::uint32_t>(pick(topic == "a" ? 3 : 1)),
-                                    static_cast<std::uint64_t>(pick(15)), std::nullopt,
-                                    pick(2) ? R"({"ok":true})" : "", {}});
+                                    static_cast<std::uint64_t>(pick(15)),
+                                    std::nullopt,
+                                    pick(2) ? R"({"ok":true})" : "",
+                                    {}});
         log.push_back({now, a});
         break;
       }
@@ -84,11 +86,11 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
                                      pick(2) ? std::optional<std::int64_t>(50) : std::nullopt}});
         break;
       case 6:
-        log.push_back({now, extend_cmd{{topic, group, owner, 0,
-                                        static_cast<std::uint64_t>(pick(15)), std::nullopt,
-                                        pick(2) ? std::optional<std::uint64_t>(pick(30) + 1)
-                                                : std::nullopt},
-                                       300}});
+        log.push_back(
+            {now,
+             extend_cmd{{topic, group, owner, 0, static_cast<std::uint64_t>(pick(15)), std::nullopt,
+                         pick(2) ? std::optional<std::uint64_t>(pick(30) + 1) : std::nullopt},
+                        300}});
         break;
       case 7:
         log.push_back({now, key_query{topic, group, fmt::format("k{}", pick(20)), ""}});

@@ -337,15 +337,14 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
   const auto scopes = router_.route_scopes();
   ASSERT_EQ(routes.size(), scopes.size());
   const std::map<std::string, scope> expected = {
-      {"GET /v1/healthz", scope::none},        {"GET /v1/version", scope::none},
-      {"POST /v1/topics", scope::admin},       {"GET /v1/topics", scope::admin},
-      {"GET /v1/topics/{name}", scope::admin}, {"DELETE /v1/topics/{name}", scope::admin},
-      {"POST /v1/produce", scope::produce},    {"GET /v1/consume", scope::consume},
-      {"POST /v1/consume", scope::consume},    {"POST /v1/ack", scope::consume},
-      {"POST /v1/nack", scope::consume},       {"POST /v1/extend", scope::consume},
-      {"GET /v1/keys", scope::consume},        {"POST /v1/dlq/redrive", scope::admin},
-      {"GET /v1/keys/history", scope::consume},
-      {"GET /metrics", scope::metrics},
+      {"GET /v1/healthz", scope::none},         {"GET /v1/version", scope::none},
+      {"POST /v1/topics", scope::admin},        {"GET /v1/topics", scope::admin},
+      {"GET /v1/topics/{name}", scope::admin},  {"DELETE /v1/topics/{name}", scope::admin},
+      {"POST /v1/produce", scope::produce},     {"GET /v1/consume", scope::consume},
+      {"POST /v1/consume", scope::consume},     {"POST /v1/ack", scope::consume},
+      {"POST /v1/nack", scope::consume},        {"POST /v1/extend", scope::consume},
+      {"GET /v1/keys", scope::consume},         {"POST /v1/dlq/redrive", scope::admin},
+      {"GET /v1/keys/history", scope::consume}, {"GET /metrics", scope::metrics},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {

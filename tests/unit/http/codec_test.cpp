@@ -536,7 +536,8 @@ TEST(CodecTest, ProduceReplies) {
                        {"partition", 2},
                        {"offset", 10},
                        {"duplicate", true}};
-  EXPECT_EQ(json::parse(produce_reply_json(produce_reply{{{2, 10, true}}, {}}, "t", false)), single);
+  EXPECT_EQ(json::parse(produce_reply_json(produce_reply{{{2, 10, true}}, {}}, "t", false)),
+            single);
   // Byte for byte what dumping the DOM gave.
   EXPECT_EQ(produce_reply_json(produce_reply{{{2, 10, true}}, {}}, "t", false), dump(single));
   json batch = json::parse(produce_reply_json(r, "t", true));
@@ -641,12 +642,12 @@ using json = nlohmann::json;
 
 TEST(CodecIdempotency, CreateTopicReadsTheIdempotencySettings) {
   auto c = parse_create_topic(body({{"name", "t"},
-                                         {"idempotency_key_fields", {"envelope.tenant_id", "value.a.b"}},
-                                         {"idempotency_key_include_topic", true},
-                                         {"idempotency_key_optional", true},
-                                         {"dedup_by_content", true},
-                                         {"key_conflict", "supersede"},
-                                         {"key_history", true}}),
+                                    {"idempotency_key_fields", {"envelope.tenant_id", "value.a.b"}},
+                                    {"idempotency_key_include_topic", true},
+                                    {"idempotency_key_optional", true},
+                                    {"dedup_by_content", true},
+                                    {"key_conflict", "supersede"},
+                                    {"key_history", true}}),
                               {});
   ASSERT_TRUE(c.ok()) << c.err().message;
   EXPECT_EQ(c->settings.idempotency_key_fields.size(), 2u);
@@ -661,32 +662,43 @@ TEST(CodecIdempotency, CreateTopicReadsTheIdempotencySettings) {
 }
 
 TEST(CodecIdempotency, WrongTypesAndUnknownPoliciesAre400) {
-  for (const json& bad : {json{{"name", "t"}, {"key_conflict", "newest"}},
-                          json{{"name", "t"}, {"key_conflict", 1}},
-                          json{{"name", "t"}, {"key_history", "yes"}},
-                          json{{"name", "t"}, {"dedup_by_content", 1}},
-                          json{{"name", "t"}, {"idempotency_key_fields", "value.a"}},
-                          json{{"name", "t"}, {"idempotency_key_fields", {1}}}}) {
+  for (const json& bad :
+       {json{{"name", "t"}, {"key_conflict", "newest"}}, json{{"name", "t"}, {"key_conflict", 1}},
+        json{{"name", "t"}, {"key_history", "yes"}}, json{{"name", "t"}, {"dedup_by_content", 1}},
+        json{{"name", "t"}, {"idempotency_key_fields", "value.a"}},
+        json{{"name", "t"}, {"idempotency_key_fields", {1}}}}) {
     auto c = parse_create_topic(body(bad), {});
     EXPECT_EQ(c.code(), errc::invalid_argument) << bad.dump();
   }
 }
 
 TEST(CodecIdempotency, FencingTokensSkipIfCommittedDeadlinesAndTheErrorAlias) {
-  auto a = parse_ack(body({{"topic", "t"}, {"group", "g"}, {"owner", "o"}, {"partition", 0},
-                                {"offset", 1}, {"fencing_token", 9}}));
+  auto a = parse_ack(body({{"topic", "t"},
+                           {"group", "g"},
+                           {"owner", "o"},
+                           {"partition", 0},
+                           {"offset", 1},
+                           {"fencing_token", 9}}));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(std::get<ack_cmd>(*a).ref.fencing_token, 9u);
-  EXPECT_EQ(parse_ack(body({{"topic", "t"}, {"group", "g"}, {"owner", "o"}, {"partition", 0},
-                                 {"offset", 1}, {"fencing_token", -1}}))
+  EXPECT_EQ(parse_ack(body({{"topic", "t"},
+                            {"group", "g"},
+                            {"owner", "o"},
+                            {"partition", 0},
+                            {"offset", 1},
+                            {"fencing_token", -1}}))
                 .code(),
             errc::invalid_argument);
-  auto n = parse_nack(body({{"topic", "t"}, {"group", "g"}, {"owner", "o"}, {"partition", 0},
-                                 {"offset", 1}, {"error", "boom"}}));
+  auto n = parse_nack(body({{"topic", "t"},
+                            {"group", "g"},
+                            {"owner", "o"},
+                            {"partition", 0},
+                            {"offset", 1},
+                            {"error", "boom"}}));
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->reason, "boom");
-  auto p = parse_produce(body({{"topic", "t"}, {"value", "x"}, {"skip_if_committed", {"a", "b"}}}),
-                         "");
+  auto p =
+      parse_produce(body({{"topic", "t"}, {"value", "x"}, {"skip_if_committed", {"a", "b"}}}), "");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->cmd.skip_if_committed.size(), 2u);
   EXPECT_NE(p->cmd.inspector, nullptr);
