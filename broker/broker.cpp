@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "broker/core.hpp"
 #include "broker/delivery.hpp"
 #include "broker/records.hpp"
@@ -139,7 +141,7 @@ result<void> broker::delete_topic(std::string_view name) {
   auto& b = tx.batch();
   b.del(column::meta, st::keys::topic(name));
   for (const auto& prefix : {st::keys::group_prefix(id), st::keys::cursor_prefix(id),
-                             st::keys::partition_start_prefix(id)})
+                             st::keys::partition_start_prefix(id), st::keys::fence_prefix(id)})
     b.del_range(column::meta, prefix, st::keys::prefix_end(prefix));
   for (auto col : {column::messages, column::deliveries, column::keys, column::dedup})
     b.del_range(col, st::keys::topic_begin(id), st::keys::topic_end(id));
@@ -209,6 +211,7 @@ result<key_info> broker::get_key(const key_query& q) {
       info.offset = h->offset;
       info.attempts = d->attempts;
       info.lease_expires_at_ms = d->lease_deadline_ms;
+      info.fencing_token = d->fencing_token;
       return info;
     }
   }
@@ -223,12 +226,56 @@ result<key_info> broker::get_key(const key_query& q) {
   info.partition = k->partition;
   info.offset = k->offset;
   info.attempts = k->attempts;
+  info.fencing_token = k->fencing_token;
   if (k->state == st::key_state::committed) {
     info.committed_at_ms = k->committed_at_ms;
     info.expires_at_ms = k->expires_at_ms;
     info.result_json = std::move(k->result_json);
   }
   return info;
+}
+
+result<key_history> broker::get_key_history(const key_query& q) {
+  auto& c = *c_;
+  ONCEQ_TRY(validate_topic_name(q.topic));
+  ONCEQ_TRY(validate_label("group", q.group));
+  if (q.key.empty()) return invalid("key must be a non-empty string");
+  auto* t = c.topics.find(q.topic);
+  if (t == nullptr) return topic_not_found(q.topic);
+  if (!t->rec.settings.key_history)
+    return make_error(
+        errc::failed_precondition,
+        fmt::format("topic '{}' keeps no key history (setting key_history)", q.topic));
+  const auto now = c.time.now_ms();
+  // The group's own events, and the topic's produce events of the key.
+  std::vector<std::string> hkeys{st::keys::key_history(t->rec.id, 0, q.tenant_id, q.key)};
+  if (auto* g = t->find_group(q.group))
+    hkeys.push_back(st::keys::key_history(t->rec.id, g->id, q.tenant_id, q.key));
+  std::vector<st::history_event> all;
+  for (const auto& k : hkeys) {
+    auto v = c.store.get(column::keys, k);
+    if (!v.ok()) {
+      if (v.code() == errc::not_found) continue;
+      return std::move(v).err();
+    }
+    auto h = st::decode_history(*v);
+    if (!h.ok()) return std::move(h).err();
+    if (h->expires_at_ms != 0 && h->expires_at_ms <= now) continue;  // gone with its key
+    for (auto& e : h->events) all.push_back(std::move(e));
+  }
+  // Each list is in time order; a stable sort keeps produce events before a
+  // group's events of the same millisecond.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.at_ms < b.at_ms; });
+  if (all.size() > st::k_history_max)
+    all.erase(all.begin(), all.end() - static_cast<std::ptrdiff_t>(st::k_history_max));
+  key_history out;
+  out.events.reserve(all.size());
+  for (auto& e : all)
+    out.events.push_back(key_event{static_cast<key_event::kind>(static_cast<int>(e.kind) - 1),
+                                   e.at_ms, std::move(e.owner), e.partition, e.offset, e.attempts,
+                                   e.fencing_token, std::move(e.reason), e.result_bytes});
+  return out;
 }
 
 void broker::tick() {
@@ -273,8 +320,9 @@ std::string broker::describe_state() const {
       fmt::format("next_topic_id={} timers={}\n", c.topics.next_id(), c.timers.size());
   c.topics.for_each([&](const topic& t) {
     out +=
-        fmt::format("topic {} id={} partitions={} produced={} dups={} next_group={}\n", t.rec.name,
-                    t.rec.id, t.rec.partitions, t.produced, t.produce_duplicates, t.next_group_id);
+        fmt::format("topic {} id={} partitions={} produced={} dups={} committed={} next_group={}\n",
+                    t.rec.name, t.rec.id, t.rec.partitions, t.produced, t.produce_duplicates,
+                    t.produce_already_committed, t.next_group_id);
     for (const auto& p : t.parts)
       out += fmt::format(" p{} start={} next={} bytes={}\n", p.index, p.start, p.next, p.bytes);
     for (const auto& [name, g] : t.groups) out += g->describe();

@@ -68,6 +68,9 @@ class broker {
   result<void> nack(const nack_cmd& cmd);
   result<millis> extend(const extend_cmd& cmd);  // the new lease deadline
   result<key_info> get_key(const key_query& q);
+  // The key's events in q.group, oldest first (topics with key_history;
+  // errc::failed_precondition otherwise). Read only.
+  result<key_history> get_key_history(const key_query& q);
   result<std::int64_t> redrive(const redrive_cmd& cmd);  // messages moved
 
   // Processes everything due at clock.now(): lease expiries, delayed and

@@ -9,10 +9,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "storage/base/clock.hpp"
 #include "storage/base/errc.hpp"
+#include "storage/base/result.hpp"
 
 namespace onceq {
 
@@ -32,7 +34,37 @@ struct topic_settings {
   // Leases one group may hold at once; a consume past it gets no more
   // messages until leases end. Default: 0 = unlimited.
   std::int64_t max_inflight = 0;
+  // Keys derived from the message (docs/API.md, "Derived keys"): each source
+  // is "envelope.<dot.path>" or "value.<dot.path>"; the key is their values
+  // joined with ':'. An explicit envelope.idempotency_key wins. Default: none.
+  std::vector<std::string> idempotency_key_fields;
+  bool idempotency_key_include_topic = false;  // Default: false
+  // A message missing a source gets no key instead of a 400. Default: false.
+  bool idempotency_key_optional = false;
+  // The produce dedup id defaults to SHA-256 of (key, value). Default: false.
+  bool dedup_by_content = false;
+  // What a newer message with a key does to an older one still waiting in a
+  // group. Default: hold (it waits its turn).
+  enum class conflict : std::uint8_t { hold = 0, supersede = 1 };
+  conflict key_conflict = conflict::hold;
+  bool key_history = false;  // Default: false (GET /v1/keys/history)
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
+};
+
+// What the broker needs from a message's JSON and from SHA-256, injected by
+// the caller (http/ implements it with its JSON parser and OpenSSL) so that
+// the core includes neither. Pure functions: the same input gives the same
+// output on every replica.
+class message_inspector {
+ public:
+  virtual ~message_inspector() = default;
+  // The scalar at dot_path ("a.b.c") inside the JSON text doc, as text
+  // (strings unquoted, numbers and booleans as written). errc::not_found
+  // when the path is absent or null; errc::invalid_argument when doc is not
+  // JSON or the path names an object or array (the message says why).
+  virtual result<std::string> field(std::string_view doc, std::string_view dot_path) const = 0;
+  // Lower-case hex SHA-256 of bytes.
+  virtual std::string sha256_hex(std::string_view bytes) const = 0;
 };
 
 // Where a dead-lettered message came from (envelope.dlq on the wire).
@@ -88,6 +120,20 @@ struct produce_cmd {
   // is that message's dedup id (over envelope.msg_id); for a batch, message i
   // without msg_id uses "<header>#<i>".
   std::string idempotency_header;
+  // Groups in which a message's key must be committed for the message to be
+  // answered already_committed instead of stored. Empty: always store.
+  std::vector<std::string> skip_if_committed;
+  // Reads derived keys and content hashes; needed only by topics with
+  // idempotency_key_fields or dedup_by_content. Not owned.
+  const message_inspector* inspector = nullptr;
+};
+
+// A key's commit in one group, as an already_committed produce reports it.
+struct committed_key {
+  std::string result_json;  // "" if the ack carried none
+  millis committed_at_ms = 0;
+  std::string owner;
+  friend bool operator==(const committed_key&, const committed_key&) = default;
 };
 
 struct produced {
@@ -98,6 +144,10 @@ struct produced {
 
 struct produce_reply {
   std::vector<produced> results;
+  // Results not stored because the message's key is committed in every
+  // skip_if_committed group: result index -> each group's commit. Their
+  // entries in results carry no position.
+  std::map<std::size_t, std::map<std::string, committed_key>> already_committed;
 };
 
 struct consume_cmd {
@@ -106,6 +156,9 @@ struct consume_cmd {
   std::string owner;
   std::optional<std::int64_t> lease_ms;  // default: the topic's
   std::int64_t max_messages = 1;         // 1..1000
+  // Nothing is delivered at or after this time (epoch ms): the consumer's
+  // own deadline (deadline_ms / deadline_rfc3339).
+  std::optional<millis> deadline_ms;
 };
 
 // One message handed to a consumer (a line of the NDJSON answer).
@@ -120,6 +173,9 @@ struct delivery {
   std::string envelope_json;      // "" if the producer sent none
   std::optional<dlq_origin> dlq;  // set on messages of dlq.<topic>: envelope.dlq
   millis lease_expires_at_ms = 0;
+  // Strictly increasing per (topic, group), never reused (restart, expired
+  // keys): pass it to the database the side effect goes to.
+  std::uint64_t fencing_token = 0;
 };
 
 // Identifies one delivery for ack / nack / extend.
@@ -129,7 +185,8 @@ struct delivery_ref {
   std::string owner;
   std::uint32_t partition = 0;
   std::uint64_t offset = 0;
-  std::optional<std::int64_t> attempts;  // fence: must equal the current delivery's
+  std::optional<std::int64_t> attempts;        // fence: must equal the current delivery's
+  std::optional<std::uint64_t> fencing_token;  // fence: must equal the current delivery's
 };
 
 struct ack_cmd {
@@ -142,6 +199,7 @@ struct ack_item {
   std::uint64_t offset = 0;
   std::optional<std::int64_t> attempts;
   std::string result_json;
+  std::optional<std::uint64_t> fencing_token;
 };
 
 struct ack_batch_cmd {
@@ -183,10 +241,39 @@ struct key_info {
   std::uint32_t partition = 0;
   std::uint64_t offset = 0;
   std::int64_t attempts = 0;
-  millis lease_expires_at_ms = 0;  // leased
-  millis committed_at_ms = 0;      // committed
-  millis expires_at_ms = 0;        // committed; 0 = never
-  std::string result_json;         // committed, "" if none
+  millis lease_expires_at_ms = 0;   // leased
+  millis committed_at_ms = 0;       // committed
+  millis expires_at_ms = 0;         // committed; 0 = never
+  std::string result_json;          // committed, "" if none
+  std::uint64_t fencing_token = 0;  // of the lease, or of the delivery that committed / failed it
+};
+
+// One event of GET /v1/keys/history.
+struct key_event {
+  enum class kind {
+    leased,
+    lease_expired,
+    nacked,
+    committed,
+    duplicate_auto_acked,
+    produce_duplicate,
+    produce_committed,
+    superseded,
+    failed
+  };
+  kind what = kind::leased;
+  millis at_ms = 0;
+  std::string owner;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::int64_t attempts = 0;
+  std::uint64_t fencing_token = 0;
+  std::string reason;
+  std::uint64_t result_bytes = 0;
+};
+
+struct key_history {
+  std::vector<key_event> events;  // oldest first, at most 64
 };
 
 struct redrive_cmd {
@@ -206,6 +293,7 @@ struct group_stats {
   std::uint64_t lease_expired = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t stale_acks_rejected = 0;
+  std::uint64_t superseded = 0;  // waiting messages replaced by a newer one (key_conflict)
   millis oldest_unacked_produced_at_ms = 0;  // 0: nothing unacked
 };
 
@@ -214,7 +302,8 @@ struct topic_info {
   std::uint32_t partitions = 1;
   topic_settings settings;
   std::uint64_t produced = 0;
-  std::uint64_t produce_duplicates = 0;
+  std::uint64_t produce_duplicates = 0;         // answered from the dedup window
+  std::uint64_t produce_already_committed = 0;  // answered from committed keys
   std::map<std::string, group_stats> groups;
 };
 

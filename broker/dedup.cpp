@@ -6,7 +6,8 @@ namespace onceq {
 
 namespace st = storage;
 
-produce_dedup::produce_dedup(const produce_cmd& cmd, st::topic_id topic, millis window_ms)
+produce_dedup::produce_dedup(const produce_cmd& cmd, st::topic_id topic, millis window_ms,
+                             const std::vector<std::string>& content_ids)
     : window_(window_ms), ids_(cmd.messages.size()), slot_(cmd.messages.size(), k_none) {
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
     std::string& id = ids_[i];
@@ -14,6 +15,7 @@ produce_dedup::produce_dedup(const produce_cmd& cmd, st::topic_id topic, millis 
     if (id.empty() && !cmd.idempotency_header.empty())
       id = cmd.messages.size() == 1 ? cmd.idempotency_header
                                     : fmt::format("{}#{}", cmd.idempotency_header, i);
+    if (id.empty() && i < content_ids.size()) id = content_ids[i];
     if (id.empty() || window_ <= 0) continue;
     slot_[i] = keys_.size();
     keys_.push_back(st::keys::dedup(topic, id));

@@ -20,8 +20,10 @@ namespace onceq {
 class produce_dedup {
  public:
   // Each message's dedup id: its msg_id, else the header for a single
-  // message, else "<header>#<i>" for message i of a batch.
-  produce_dedup(const produce_cmd& cmd, storage::topic_id topic, millis window_ms);
+  // message, else "<header>#<i>" for message i of a batch, else
+  // content_ids[i] when given (dedup_by_content; "" = none).
+  produce_dedup(const produce_cmd& cmd, storage::topic_id topic, millis window_ms,
+                const std::vector<std::string>& content_ids = {});
 
   // Reads the stored records of every id of the request in one MultiGet.
   void load(storage::store& store);

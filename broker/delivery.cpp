@@ -45,8 +45,11 @@ class consume_planner {
       cursor_[p] = g.parts[p].cursor;
       ready_at_[p] = g.parts[p].ready.begin();
     }
+    fence_ = g.fence;
     const auto max = static_cast<std::uint64_t>(cmd.max_messages);
     want_ = max;
+    // The consumer's own deadline: nothing is delivered at or after it.
+    if (cmd.deadline_ms && *cmd.deadline_ms <= now) want_ = 0;
     if (t.rec.settings.max_inflight > 0) {
       auto cap = static_cast<std::uint64_t>(t.rec.settings.max_inflight);
       want_ = std::min(want_, cap > g.stats.inflight ? cap - g.stats.inflight : 0);
@@ -76,6 +79,12 @@ class consume_planner {
       tx_.then([g, p, c = cursor_[p]] { g->parts[p].cursor = c; });
     }
     tx_.then([g, rr] { g->next_partition = rr; });
+    if (fence_ != g_.fence) {
+      // In the batch of the deliveries that use them: a token is never
+      // handed out twice, whatever crashes or expiries come after.
+      tx_.batch().put(column::meta, st::keys::fence(t_.rec.id, g_.id), st::encode_u64(fence_));
+      tx_.then([g, f = fence_] { g->fence = f; });
+    }
     return std::move(out_);
   }
 
@@ -139,6 +148,10 @@ class consume_planner {
       });
       return false;
     }
+    if (!d.scope.empty() && t_.rec.settings.key_conflict == k_supersede) {
+      auto r = superseded(pos, d, fresh);
+      if (!r.ok() || *r) return r.ok() ? result<bool>(false) : std::move(r).err();
+    }
     if (!d.scope.empty()) {
       auto mine = leased_.find(d.scope);
       if (g_.keys.held_by_other(d.scope, pos) || (mine != leased_.end() && mine->second != pos)) {
@@ -157,6 +170,16 @@ class consume_planner {
         if (!fresh)
           tx_.batch().del(column::deliveries,
                           st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+        note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
+                     st::history_event{st::history_kind::duplicate_auto_acked,
+                                       now_,
+                                       {},
+                                       pos.partition,
+                                       pos.offset,
+                                       d.attempts,
+                                       k->fencing_token,
+                                       {},
+                                       0});
         tx_.then([g, pos] {
           ++g->stats.auto_acked;
           g->close(pos);
@@ -171,7 +194,19 @@ class consume_planner {
     ++d.attempts;
     d.lease_deadline_ms = now_ + lease_ms_;
     d.not_before_ms = 0;
+    d.fencing_token = ++fence_;
     put_delivery(tx_, t_, g_, pos, d);
+    if (!d.scope.empty())
+      note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
+                   st::history_event{st::history_kind::leased,
+                                     now_,
+                                     d.owner,
+                                     pos.partition,
+                                     pos.offset,
+                                     d.attempts,
+                                     d.fencing_token,
+                                     {},
+                                     0});
 
     delivery out;
     out.topic = t_.rec.name;
@@ -184,6 +219,7 @@ class consume_planner {
     out.envelope_json = std::move(m->envelope_json);
     if (m->dlq) out.dlq = to_api(*m->dlq);
     out.lease_expires_at_ms = d.lease_deadline_ms;
+    out.fencing_token = d.fencing_token;
     out_.push_back(std::move(out));
 
     tx_.then([&c = c_, t, g, pos, d = std::move(d)]() mutable {
@@ -198,6 +234,42 @@ class consume_planner {
     return true;
   }
 
+  // key_conflict supersede: the message at pos is acknowledged as superseded
+  // when a newer message with its key was stored (keys::latest_of). True if
+  // it was.
+  result<bool> superseded(position pos, const open_delivery& d, bool fresh) {
+    auto v = c_.store.get(column::keys, st::keys::latest_of(d.scope));
+    if (!v.ok()) return v.code() == errc::not_found ? result<bool>(false) : std::move(v).err();
+    auto l = st::decode_latest(*v);
+    if (!l.ok()) return std::move(l).err();
+    if ((l->expires_at_ms != 0 && l->expires_at_ms <= now_) ||
+        (l->partition == pos.partition && l->offset == pos.offset))
+      return false;
+    if (!fresh)
+      tx_.batch().del(column::deliveries,
+                      st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+    note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
+                 st::history_event{st::history_kind::superseded,
+                                   now_,
+                                   {},
+                                   pos.partition,
+                                   pos.offset,
+                                   d.attempts,
+                                   0,
+                                   "superseded",
+                                   0});
+    auto* g = &g_;
+    auto* t = &t_;
+    tx_.then([&c = c_, t, g, pos, now = now_] {
+      ++g->stats.superseded;
+      drop_open(c, *t, *g, pos, now);
+    });
+    return true;
+  }
+
+  static constexpr auto k_supersede =
+      static_cast<std::uint8_t>(topic_settings::conflict::supersede);
+
   core& c_;
   topic& t_;
   group_state& g_;
@@ -206,6 +278,7 @@ class consume_planner {
   millis now_;
   txn& tx_;
   std::uint64_t want_ = 0;
+  std::uint64_t fence_ = 0;  // the last token this consume handed out
   std::vector<std::uint64_t> cursor_;
   std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
   std::unordered_map<std::string, position> leased_;  // keys leased by this consume
@@ -278,6 +351,10 @@ result<void> check_holder(const located& l, const delivery_ref& ref, txn& tx) {
     return reject_stale(*l.g, tx,
                         fmt::format("stale delivery: attempts {} but the current delivery is {}",
                                     *ref.attempts, d.attempts));
+  if (ref.fencing_token && *ref.fencing_token != d.fencing_token)
+    return reject_stale(*l.g, tx,
+                        fmt::format("stale fencing token {}: the current delivery's is {}",
+                                    *ref.fencing_token, d.fencing_token));
   // A lapsed delivery can still be finished by its owner if nobody else got
   // the message since; but not if another delivery holds its key now.
   if (d.parked || (!d.scope.empty() && l.g->keys.held_by_other(d.scope, l.pos)))
@@ -302,11 +379,22 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
       kr.partition = pos.partition;
       kr.offset = pos.offset;
       kr.attempts = d.attempts;
+      kr.fencing_token = d.fencing_token;
       auto ttl = key_ttl_of(t, d);
       kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
       tx.batch().put(column::keys, d.scope, st::encode(kr));
     }
   }
+  if (!d.scope.empty() && (nacked || was_leased)) {
+    auto kind = nacked ? st::history_kind::nacked : st::history_kind::lease_expired;
+    note_history(tx, t, d.scope, key_ttl_of(t, d),
+                 st::history_event{kind, now, d.owner, pos.partition, pos.offset, d.attempts,
+                                   d.fencing_token, d.last_error, 0});
+  }
+  if (!d.scope.empty() && exhausted)
+    note_history(tx, t, d.scope, key_ttl_of(t, d),
+                 st::history_event{st::history_kind::failed, now, d.owner, pos.partition,
+                                   pos.offset, d.attempts, d.fencing_token, "dead-lettered", 0});
   auto* tp = &t;
   auto* g_ = &g;
   if (exhausted) {
@@ -372,6 +460,13 @@ void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
 void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
                 std::uint64_t cursor) {
   tx.batch().put(column::meta, st::keys::cursor(t.rec.id, g.id, p), st::encode_u64(cursor));
+}
+
+void note_history(txn& tx, const topic& t, const std::string& scope, millis key_ttl,
+                  st::history_event ev) {
+  if (!t.rec.settings.key_history || scope.empty()) return;
+  const millis expires = key_ttl == 0 ? 0 : ev.at_ms + key_ttl;
+  tx.record(st::keys::history_of(scope), expires, std::move(ev));
 }
 
 std::int64_t max_attempts_of(const topic& t, const open_delivery& d) {

@@ -60,6 +60,11 @@ void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
 void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
                 std::uint64_t cursor);
 
+// Appends ev to the history of the key at scope (an idem_key) when t keeps
+// histories (key_history); nothing at all otherwise.
+void note_history(txn& tx, const topic& t, const std::string& scope, millis key_ttl,
+                  storage::history_event ev);
+
 std::int64_t max_attempts_of(const topic& t, const open_delivery& d);
 millis key_ttl_of(const topic& t, const open_delivery& d);
 

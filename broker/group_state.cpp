@@ -77,19 +77,20 @@ group_stats group_state::snapshot(const std::vector<std::uint64_t>& partition_ne
 
 std::string group_state::describe() const {
   std::string out = fmt::format(
-      "  group {} id={}\n   stats rr={} inflight={} delivered={} redelivered={} acked={} "
-      "auto_acked={} nacked={} lease_expired={} dead_lettered={} stale={}\n",
-      name, id, next_partition, stats.inflight, stats.delivered, stats.redelivered, stats.acked,
-      stats.auto_acked, stats.nacked, stats.lease_expired, stats.dead_lettered,
-      stats.stale_acks_rejected);
+      "  group {} id={} fence={}\n   stats rr={} inflight={} delivered={} redelivered={} acked={} "
+      "auto_acked={} nacked={} lease_expired={} dead_lettered={} stale={} superseded={}\n",
+      name, id, fence, next_partition, stats.inflight, stats.delivered, stats.redelivered,
+      stats.acked, stats.auto_acked, stats.nacked, stats.lease_expired, stats.dead_lettered,
+      stats.stale_acks_rejected, stats.superseded);
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto& ps = parts[p];
     out += fmt::format("   p{} cursor={} ready=[{}]\n", p, ps.cursor, fmt::join(ps.ready, ","));
     for (const auto& [off, d] : ps.open)
-      out +=
-          fmt::format("    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={}\n",
-                      off, static_cast<int>(d.state), d.owner, d.attempts, d.lease_deadline_ms,
-                      d.not_before_ms, d.last_error, d.parked);
+      out += fmt::format(
+          "    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={} "
+          "token={}\n",
+          off, static_cast<int>(d.state), d.owner, d.attempts, d.lease_deadline_ms, d.not_before_ms,
+          d.last_error, d.parked, d.fencing_token);
   }
   out += keys.describe();
   return out;

@@ -23,9 +23,10 @@ struct open_delivery {
   millis lease_deadline_ms = 0;
   millis not_before_ms = 0;
   std::string last_error;
-  bool parked = false;  // waiting for its key to be released
-  bool known = false;   // the fields below were filled from the message
-  std::string scope;    // storage key of its idempotency key; "" if none
+  std::uint64_t fencing_token = 0;  // of the current (or last) lease
+  bool parked = false;              // waiting for its key to be released
+  bool known = false;               // the fields below were filled from the message
+  std::string scope;                // storage key of its idempotency key; "" if none
   std::int64_t key_ttl_ms = -1;
   std::int64_t max_attempts = -1;
   std::int64_t backoff_ms = -1;
@@ -33,8 +34,8 @@ struct open_delivery {
   millis produced_at_ms = 0;
 
   storage::delivery_record record() const {
-    return storage::delivery_record{state,         owner,     attempts, lease_deadline_ms,
-                                    not_before_ms, last_error};
+    return storage::delivery_record{state,         owner,      attempts,     lease_deadline_ms,
+                                    not_before_ms, last_error, fencing_token};
   }
   void fill_from(const storage::message_record& m, std::string key_scope);
 };
@@ -61,6 +62,9 @@ struct group_state {
   key_table keys;
   group_stats stats;
   std::uint32_t next_partition = 0;  // consume's round robin
+  // The last fencing token handed out (stored as keys::fence, in the batch
+  // of the deliveries that use it): the next lease gets fence + 1.
+  std::uint64_t fence = 0;
 
   open_delivery* find(position p);
   // Ends the open delivery at p (acked, auto-acked, dead-lettered, gone).

@@ -8,6 +8,8 @@
 #include "broker/broker.hpp"
 #include "broker/core.hpp"
 #include "broker/dedup.hpp"
+#include "broker/key_source.hpp"
+#include "broker/key_table.hpp"
 #include "broker/retention.hpp"
 #include "broker/validation.hpp"
 
@@ -51,14 +53,14 @@ result<void> validate_message(const message_in& m, std::size_t i, std::size_t n,
   return {};
 }
 
-st::message_record to_record(const message_in& m, millis now) {
+st::message_record to_record(const message_in& m, std::string idempotency_key, millis now) {
   st::message_record rec;
   rec.produced_at_ms = now;
   rec.deliver_at_ms = m.delay_ms && *m.delay_ms > 0 ? now + *m.delay_ms : 0;
   rec.key = m.key;
   rec.value = m.value;
   rec.envelope_json = m.envelope_json;
-  rec.idempotency_key = m.idempotency_key;
+  rec.idempotency_key = std::move(idempotency_key);
   rec.tenant_id = m.tenant_id;
   rec.key_ttl_ms = m.key_ttl_ms.value_or(-1);
   rec.max_attempts = m.retry.max_attempts.value_or(-1);
@@ -105,23 +107,89 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     ONCEQ_TRY(
         validate_message(cmd.messages[i], i, cmd.messages.size(), t.parts.size(), now, c.opts));
 
-  produce_dedup dedup(cmd, t.rec.id, t.rec.settings.dedup_window_ms);
+  const auto& s = t.rec.settings;
+  if (cmd.skip_if_committed.size() > k_max_skip_groups)
+    return invalid(fmt::format("skip_if_committed holds at most {} groups", k_max_skip_groups));
+  for (std::size_t i = 0; i < cmd.skip_if_committed.size(); ++i) {
+    ONCEQ_TRY(validate_label(fmt::format("skip_if_committed[{}]", i), cmd.skip_if_committed[i]));
+    for (std::size_t j = 0; j < i; ++j)
+      if (cmd.skip_if_committed[j] == cmd.skip_if_committed[i])
+        return invalid(
+            fmt::format("skip_if_committed names group '{}' twice", cmd.skip_if_committed[i]));
+  }
+  // Each message's key (explicit or derived) and, with dedup_by_content,
+  // its content id.
+  std::vector<std::string> keys(cmd.messages.size());
+  std::vector<std::string> content_ids;
+  for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
+    const auto where =
+        cmd.messages.size() == 1 ? std::string("message") : fmt::format("messages[{}]", i);
+    auto k = message_key(t.rec, cmd.messages[i], cmd.inspector, where);
+    if (!k.ok()) return std::move(k).err();
+    keys[i] = std::move(*k);
+    if (!cmd.skip_if_committed.empty() && keys[i].empty() && !s.idempotency_key_optional)
+      return invalid(fmt::format("{}: skip_if_committed needs an idempotency key", where));
+  }
+  if (s.dedup_by_content) {
+    if (cmd.inspector == nullptr)
+      return make_error(errc::internal, "dedup_by_content needs a message inspector");
+    content_ids.reserve(cmd.messages.size());
+    for (const auto& m : cmd.messages) content_ids.push_back(content_id(*cmd.inspector, m));
+  }
+  produce_dedup dedup(cmd, t.rec.id, s.dedup_window_ms, content_ids);
   dedup.load(c.store);
+  // Groups named by skip_if_committed that exist (a group that does not has
+  // committed nothing).
+  std::vector<std::pair<std::string, const group_state*>> skip;
+  for (const auto& name : cmd.skip_if_committed) skip.emplace_back(name, t.find_group(name));
   txn tx;
   produce_reply reply;
   reply.results.reserve(cmd.messages.size());
   std::vector<std::pair<produced, st::message_record>> fresh;
   fresh.reserve(cmd.messages.size());
-  std::uint64_t dups = 0, bytes = 0;
+  std::uint64_t dups = 0, already = 0, bytes = 0;
+  auto note_produce = [&](std::size_t i, st::history_kind kind, produced at) {
+    if (!s.key_history || keys[i].empty()) return;
+    const auto& m = cmd.messages[i];
+    const millis ttl = m.key_ttl_ms.value_or(s.key_ttl_ms);
+    tx.record(st::keys::key_history(t.rec.id, 0, m.tenant_id, keys[i]), ttl == 0 ? 0 : now + ttl,
+              st::history_event{kind, now, {}, at.partition, at.offset, 0, 0, {}, 0});
+  };
   std::vector<std::uint64_t> part_bytes(t.parts.size());
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
     const auto& m = cmd.messages[i];
     auto seen = dedup.earlier(i, now);
     if (!seen.ok()) return std::move(seen).err();
     if (*seen) {
+      note_produce(i, st::history_kind::produce_duplicate, **seen);
       reply.results.push_back(**seen);
       ++dups;
       continue;
+    }
+    if (!skip.empty() && !keys[i].empty()) {
+      std::map<std::string, committed_key> done;
+      bool all = true;
+      for (const auto& [name, g] : skip) {
+        if (g == nullptr) {
+          all = false;
+          break;
+        }
+        auto k = key_table::live(c.store, st::keys::idem_key(t.rec.id, g->id, m.tenant_id, keys[i]),
+                                 now);
+        if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
+        if (!k.ok() || k->state != st::key_state::committed) {
+          all = false;
+          break;
+        }
+        done.emplace(name, committed_key{k->result_json, k->committed_at_ms, k->owner});
+      }
+      if (all) {
+        note_produce(i, st::history_kind::produce_committed, produced{0, 0, false});
+        reply.already_committed.emplace(reply.results.size(), std::move(done));
+        reply.results.push_back(produced{0, 0, false});
+        ++already;
+        continue;
+      }
     }
     std::uint32_t p = 0;
     if (m.partition_override) {
@@ -130,7 +198,15 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
       p = static_cast<std::uint32_t>(partition_hash(*m.key) % t.parts.size());
     }
     produced at{p, tx.append_offset(t.parts[p]), false};
-    auto rec = to_record(m, now);
+    auto rec = to_record(m, keys[i], now);
+    if (s.key_conflict == static_cast<std::uint8_t>(topic_settings::conflict::supersede) &&
+        !keys[i].empty()) {
+      // The newest message of the key: older ones still waiting are
+      // superseded when a group reaches them (broker/delivery.cpp).
+      const millis exp = s.retention_ms > 0 ? now + s.retention_ms : 0;
+      tx.batch().put(column::keys, st::keys::key_latest(t.rec.id, m.tenant_id, keys[i]),
+                     st::encode(st::latest_record{exp, p, at.offset}));
+    }
     bytes += backlog_bytes(rec);
     part_bytes[p] += backlog_bytes(rec);
     tx.batch().put(column::messages, st::keys::message(t.rec.id, p, at.offset), st::encode(rec));
@@ -140,7 +216,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   }
   ONCEQ_TRY(check_backlog(t, fresh.size(), bytes));
   const bool count_bytes = t.rec.settings.max_backlog_bytes > 0;
-  tx.then([&c, tp, fresh = std::move(fresh), part_bytes = std::move(part_bytes), dups,
+  tx.then([&c, tp, fresh = std::move(fresh), part_bytes = std::move(part_bytes), dups, already,
            count_bytes]() mutable {
     for (auto& [at, rec] : fresh)
       c.cache.append(tp->parts[at.partition], at.offset, std::move(rec));
@@ -148,6 +224,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
       for (std::size_t p = 0; p < tp->parts.size(); ++p) tp->parts[p].bytes += part_bytes[p];
     tp->produced += fresh.size();
     tp->produce_duplicates += dups;
+    tp->produce_already_committed += already;
     if (!fresh.empty()) c.ready_topics.insert(tp->rec.name);
   });
   ONCEQ_TRY(tx.commit(c.store));

@@ -14,6 +14,12 @@ storage::topic_settings to_record(const topic_settings& s) {
   r.max_backlog_messages = s.max_backlog_messages;
   r.max_backlog_bytes = s.max_backlog_bytes;
   r.max_inflight = s.max_inflight;
+  r.idempotency_key_fields = s.idempotency_key_fields;
+  r.idempotency_key_include_topic = s.idempotency_key_include_topic;
+  r.idempotency_key_optional = s.idempotency_key_optional;
+  r.dedup_by_content = s.dedup_by_content;
+  r.key_conflict = static_cast<std::uint8_t>(s.key_conflict);
+  r.key_history = s.key_history;
   return r;
 }
 
@@ -29,6 +35,13 @@ topic_settings to_api(const storage::topic_settings& r) {
   s.max_backlog_messages = r.max_backlog_messages;
   s.max_backlog_bytes = r.max_backlog_bytes;
   s.max_inflight = r.max_inflight;
+  s.idempotency_key_fields = r.idempotency_key_fields;
+  s.idempotency_key_include_topic = r.idempotency_key_include_topic;
+  s.idempotency_key_optional = r.idempotency_key_optional;
+  s.dedup_by_content = r.dedup_by_content;
+  s.key_conflict =
+      r.key_conflict == 1 ? topic_settings::conflict::supersede : topic_settings::conflict::hold;
+  s.key_history = r.key_history;
   return s;
 }
 

@@ -69,7 +69,15 @@ result<void> recover_groups(core& c, topic& t) {
                         [&](std::string_view, std::string_view v) -> result<void> {
                           auto g = st::decode_group(v);
                           if (!g.ok()) return std::move(g).err();
-                          t.add_group(t.make_group(g->id, g->name));
+                          auto& added = t.add_group(t.make_group(g->id, g->name));
+                          auto f = c.store.get(column::meta, st::keys::fence(id, g->id));
+                          if (f.ok()) {
+                            auto last = st::decode_u64(*f);
+                            if (!last.ok()) return std::move(last).err();
+                            added.fence = *last;
+                          } else if (f.code() != errc::not_found) {
+                            return std::move(f).err();
+                          }
                           return {};
                         }));
   return scan_prefix(c.store, column::meta, st::keys::cursor_prefix(id),
@@ -117,6 +125,7 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     d.lease_deadline_ms = l.rec.lease_deadline_ms;
     d.not_before_ms = l.rec.not_before_ms;
     d.last_error = std::move(l.rec.last_error);
+    d.fencing_token = l.rec.fencing_token;
     d.fill_from(*m, m->idempotency_key.empty()
                         ? std::string()
                         : st::keys::idem_key(t.rec.id, g->id, m->tenant_id, m->idempotency_key));

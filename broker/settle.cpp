@@ -27,11 +27,11 @@ result<T> rejected(core& c, txn& tx, error e) {
 }  // namespace
 
 result<void> broker::ack(const ack_cmd& cmd) {
-  ack_batch_cmd batch{
-      cmd.ref.topic,
-      cmd.ref.group,
-      cmd.ref.owner,
-      {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts, cmd.result_json}}};
+  ack_batch_cmd batch{cmd.ref.topic,
+                      cmd.ref.group,
+                      cmd.ref.owner,
+                      {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts,
+                                cmd.result_json, cmd.ref.fencing_token}}};
   auto r = ack_batch(batch);
   if (!r.ok()) return std::move(r).err();
   auto& o = r->front();
@@ -57,7 +57,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   std::set<std::string> committed;
   for (const auto& a : cmd.acks) {
     ack_outcome o{a.partition, a.offset, errc::ok, {}};
-    delivery_ref ref{cmd.topic, cmd.group, cmd.owner, a.partition, a.offset, a.attempts};
+    delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
+                     a.offset,  a.attempts, a.fencing_token};
     auto one = [&]() -> result<void> {
       auto loc = locate(c, ref, tx);
       if (!loc.ok()) return std::move(loc).err();
@@ -73,7 +74,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         if (v.ok()) {
           auto d = st::decode_delivery(*v);
           if (d.ok() && d->state == st::delivery_state::acked && d->owner == cmd.owner &&
-              (!a.attempts || *a.attempts == d->attempts))
+              (!a.attempts || *a.attempts == d->attempts) &&
+              (!a.fencing_token || *a.fencing_token == d->fencing_token))
             return {};
         }
         return reject_stale(*g, tx,
@@ -108,8 +110,19 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         auto ttl = key_ttl_of(*t, d);
         kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
         kr.result_json = a.result_json;
+        kr.fencing_token = d.fencing_token;
         tx.batch().put(column::keys, d.scope, st::encode(kr));
         committed.insert(d.scope);
+        note_history(tx, *t, d.scope, ttl,
+                     st::history_event{st::history_kind::committed,
+                                       now,
+                                       cmd.owner,
+                                       pos.partition,
+                                       pos.offset,
+                                       d.attempts,
+                                       d.fencing_token,
+                                       {},
+                                       a.result_json.size()});
       }
       // Kept (until retention) so that the same owner's repeated ack is a no-op.
       auto rec = d.record();

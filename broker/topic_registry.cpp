@@ -53,6 +53,7 @@ topic_info topic::info() const {
   out.settings = to_api(rec.settings);
   out.produced = produced;
   out.produce_duplicates = produce_duplicates;
+  out.produce_already_committed = produce_already_committed;
   auto next = partition_next();
   for (const auto& [name, g] : groups) out.groups.emplace(name, g->snapshot(next));
   return out;

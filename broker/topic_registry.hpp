@@ -26,6 +26,7 @@ struct topic {
   storage::group_id next_group_id = 1;
   std::uint64_t produced = 0;
   std::uint64_t produce_duplicates = 0;
+  std::uint64_t produce_already_committed = 0;
 
   group_state* find_group(std::string_view name) const;
   group_state* find_group(storage::group_id id) const;

@@ -2,6 +2,8 @@
 
 #include "broker/partition_log.hpp"
 
+#include <algorithm>
+
 namespace onceq {
 
 std::uint64_t txn::append_offset(partition_log& p) {
@@ -14,7 +16,39 @@ std::uint64_t txn::peek_offset(const partition_log& p) const {
   return it == next_.end() ? p.next : it->second;
 }
 
+void txn::record(std::string history_key, millis expires_at, storage::history_event ev) {
+  auto& h = history_[std::move(history_key)];
+  h.expires_at = expires_at;
+  h.events.push_back(std::move(ev));
+}
+
 result<void> txn::commit(storage::store& store) {
+  for (auto& [key, pending] : history_) {
+    storage::history_record rec;
+    auto v = store.get(storage::column::keys, key);
+    if (v.ok()) {
+      auto old = storage::decode_history(*v);
+      if (!old.ok()) return std::move(old).err();
+      rec = std::move(*old);
+    } else if (v.code() != errc::not_found) {
+      return std::move(v).err();
+    }
+    // An expired history (its key is gone) starts over.
+    if (rec.expires_at_ms != 0 && !pending.events.empty() &&
+        rec.expires_at_ms <= pending.events.front().at_ms)
+      rec.events.clear();
+    // The key lives as long as its longest-lived event asks.
+    rec.expires_at_ms =
+        rec.expires_at_ms == 0 && !rec.events.empty()
+            ? 0
+            : (pending.expires_at == 0 ? 0 : std::max(rec.expires_at_ms, pending.expires_at));
+    for (auto& e : pending.events) rec.events.push_back(std::move(e));
+    if (rec.events.size() > storage::k_history_max)
+      rec.events.erase(rec.events.begin(),
+                       rec.events.end() - static_cast<std::ptrdiff_t>(storage::k_history_max));
+    batch_.put(storage::column::keys, key, storage::encode(rec));
+  }
+  history_.clear();
   if (!batch_.empty()) {
     auto r = store.write(batch_);
     if (!r.ok()) return storage_unavailable("storage write failed: " + r.err().message);

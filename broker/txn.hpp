@@ -2,12 +2,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "storage/base/result.hpp"
 #include "storage/batch.hpp"
+#include "storage/schema.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {
@@ -37,6 +40,13 @@ class txn {
     effects_.emplace_back(std::forward<F>(f));
   }
 
+  // Appends ev to the key history stored at history_key (topics with
+  // key_history), which then expires at expires_at (0: never). commit()
+  // reads each touched history once, appends, keeps the newest
+  // storage::k_history_max events and puts it in the batch; a failed read
+  // fails the commit before anything is written.
+  void record(std::string history_key, millis expires_at, storage::history_event ev);
+
   // The next free offset of p as this txn sees it (its own appends count):
   // commit() moves p.next past every offset handed out here.
   std::uint64_t append_offset(partition_log& p);
@@ -51,6 +61,11 @@ class txn {
   storage::batch batch_;
   std::vector<std::function<void()>> effects_;
   std::unordered_map<partition_log*, std::uint64_t> next_;
+  struct pending_history {
+    millis expires_at = 0;
+    std::vector<storage::history_event> events;
+  };
+  std::map<std::string, pending_history> history_;  // ordered: deterministic batches
 };
 
 // How long a client should wait before retrying a write the store refused.

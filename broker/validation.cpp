@@ -45,6 +45,41 @@ result<void> validate_settings(const topic_settings& s) {
   ONCEQ_TRY(validate_range("max_backlog_messages", s.max_backlog_messages, 0, k_max));
   ONCEQ_TRY(validate_range("max_backlog_bytes", s.max_backlog_bytes, 0, k_max));
   ONCEQ_TRY(validate_range("max_inflight", s.max_inflight, 0, k_max));
+  ONCEQ_TRY(validate_key_fields(s.idempotency_key_fields));
+  if (s.key_conflict != topic_settings::conflict::hold &&
+      s.key_conflict != topic_settings::conflict::supersede)
+    return make_error(errc::invalid_argument, "key_conflict must be 'hold' or 'supersede'");
+  return {};
+}
+
+result<void> validate_key_fields(const std::vector<std::string>& fields) {
+  if (fields.size() > k_max_key_fields)
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("idempotency_key_fields holds at most {} sources", k_max_key_fields));
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const std::string_view f = fields[i];
+    auto bad = [&](std::string_view why) {
+      return make_error(errc::invalid_argument,
+                        fmt::format("idempotency_key_fields[{}] '{}' {}", i, f, why));
+    };
+    if (f.size() > k_max_name_bytes) return bad("is longer than 200 bytes");
+    auto dot = f.find('.');
+    auto root = f.substr(0, dot);
+    if (root != "envelope" && root != "value")
+      return bad("must start with 'envelope.' or 'value.'");
+    if (dot == std::string_view::npos) return bad("names no field after its root");
+    // Every segment of the dot path must be non-empty: "value.a..b" is a typo.
+    std::string_view path = f.substr(dot + 1);
+    for (;;) {
+      auto next = path.find('.');
+      if (path.substr(0, next).empty()) return bad("has an empty path segment");
+      if (next == std::string_view::npos) break;
+      path.remove_prefix(next + 1);
+    }
+    if (root == "envelope" && f == "envelope.idempotency_key")
+      return bad("is the explicit key itself");
+  }
   return {};
 }
 

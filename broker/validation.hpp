@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "broker/commands.hpp"
 #include "broker/limits.hpp"
@@ -16,8 +18,11 @@ namespace onceq {
 result<void> validate_topic_name(std::string_view name);
 // Group and owner: 1..200 bytes.
 result<void> validate_label(std::string_view what, std::string_view value);
-// Every setting >= 0, lease_ms > 0.
+// Every setting >= 0, lease_ms > 0, key sources well formed.
 result<void> validate_settings(const topic_settings& s);
+// idempotency_key_fields: at most k_max_key_fields sources, each
+// "envelope.<path>" or "value.<path>" with no empty path segment.
+result<void> validate_key_fields(const std::vector<std::string>& fields);
 // A value within [lo, hi]; the message names the field.
 result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo,
                             std::int64_t hi);

@@ -6,8 +6,10 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include "http/rfc3339.hpp"
 
@@ -131,6 +133,49 @@ class reader {
     }
     if (x < lo || x > hi) out_of_range(name, lo, hi);
     return x;
+  }
+
+  // true / false (from a query string: the text "true" or "false").
+  std::optional<bool> opt_bool(std::string_view name) const {
+    const jvalue* v = find(name);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_bool()) return v->as_bool();
+    if (from_query_ && v->is_string() && (v->str() == "true" || v->str() == "false"))
+      return v->str() == "true";
+    fail(fmt::format("{} must be true or false", path(name)));
+  }
+
+  // An array of strings (from a query string: comma-separated text).
+  std::optional<std::vector<std::string>> opt_strings(std::string_view name,
+                                                      std::size_t max) const {
+    const jvalue* v = find(name);
+    if (v == nullptr) return std::nullopt;
+    std::vector<std::string> out;
+    if (from_query_ && v->is_string()) {
+      std::string_view rest = v->str();
+      while (!rest.empty()) {
+        auto comma = rest.find(',');
+        out.emplace_back(rest.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+    } else {
+      if (!v->is_array()) fail(fmt::format("{} must be an array of strings", path(name)));
+      for (std::size_t i = 0; i < v->elements().size(); ++i) {
+        const jvalue& e = v->elements()[i];
+        if (!e.is_string()) fail(fmt::format("{}[{}] must be a string", path(name), i));
+        out.emplace_back(e.str());
+      }
+    }
+    if (out.size() > max) fail(fmt::format("{} holds at most {} items", path(name), max));
+    return out;
+  }
+
+  // A fencing token: an integer >= 1.
+  std::optional<std::uint64_t> opt_token(std::string_view name) const {
+    auto v = opt_int(name, 1);
+    if (!v) return std::nullopt;
+    return static_cast<std::uint64_t>(*v);
   }
 
   std::int64_t req_int(std::string_view name, std::int64_t lo, std::int64_t hi = k_int_max) const {
@@ -259,6 +304,7 @@ delivery_ref read_ref(const reader& r) {
   ref.partition = static_cast<std::uint32_t>(r.req_int("partition", 0, k_u32_max));
   ref.offset = static_cast<std::uint64_t>(r.req_int("offset", 0));
   ref.attempts = r.opt_int("attempts", 0);
+  ref.fencing_token = r.opt_token("fencing_token");
   return ref;
 }
 
@@ -286,7 +332,9 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
     reader r = top(p);
     r.only({"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
             "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
-            "max_backlog_bytes", "max_inflight"});
+            "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
+            "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
+            "key_conflict", "key_history"});
     create_topic_cmd c;
     c.name = r.req_topic("name");
     c.partitions = r.opt_int("partitions", 1).value_or(1);
@@ -302,6 +350,25 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
     s.max_backlog_messages = r.opt_int("max_backlog_messages", 0).value_or(s.max_backlog_messages);
     s.max_backlog_bytes = r.opt_int("max_backlog_bytes", 0).value_or(s.max_backlog_bytes);
     s.max_inflight = r.opt_int("max_inflight", 0).value_or(s.max_inflight);
+    // Source syntax (root, empty segments) is the broker's rule
+    // (validate_key_fields); the types are checked here.
+    if (auto f = r.opt_strings("idempotency_key_fields", k_max_key_fields))
+      s.idempotency_key_fields = std::move(*f);
+    s.idempotency_key_include_topic =
+        r.opt_bool("idempotency_key_include_topic").value_or(s.idempotency_key_include_topic);
+    s.idempotency_key_optional =
+        r.opt_bool("idempotency_key_optional").value_or(s.idempotency_key_optional);
+    s.dedup_by_content = r.opt_bool("dedup_by_content").value_or(s.dedup_by_content);
+    if (auto kc = r.opt_string("key_conflict")) {
+      if (*kc == "hold") {
+        s.key_conflict = topic_settings::conflict::hold;
+      } else if (*kc == "supersede") {
+        s.key_conflict = topic_settings::conflict::supersede;
+      } else {
+        fail(fmt::format("key_conflict must be \"hold\" or \"supersede\", got \"{}\"", *kc));
+      }
+    }
+    s.key_history = r.opt_bool("key_history").value_or(s.key_history);
     return c;
   });
 }
@@ -320,7 +387,7 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
     reader r = top(p);
     produce_request out;
     if (r.has("messages")) {
-      r.only({"topic", "messages"});
+      r.only({"topic", "messages", "skip_if_committed"});
       out.batch = true;
       out.cmd.topic = r.req_topic("topic");
       const auto msgs = require_array(r, "messages", k_max_batch).elements();
@@ -331,10 +398,13 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
         out.cmd.messages.push_back(read_message(m));
       }
     } else {
-      r.only({"topic", "key", "value", "envelope"});
+      r.only({"topic", "key", "value", "envelope", "skip_if_committed"});
       out.cmd.topic = r.req_topic("topic");
       out.cmd.messages.push_back(read_message(r));
     }
+    if (auto groups = r.opt_strings("skip_if_committed", k_max_skip_groups))
+      out.cmd.skip_if_committed = std::move(*groups);
+    out.cmd.inspector = &json_inspector();
     if (idempotency_header.size() > k_max_idempotency_header) {
       fail(fmt::format("the Idempotency-Key header must be at most {} bytes",
                        k_max_idempotency_header));
@@ -347,7 +417,8 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
 result<consume_request> parse_consume(const params& p) {
   return guarded<consume_request>([&] {
     reader r = top(p);
-    r.only({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms"});
+    r.only({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms", "deadline_ms",
+            "deadline_rfc3339"});
     consume_request out;
     out.cmd.topic = r.req_topic("topic");
     out.cmd.group = r.req_label("group");
@@ -357,6 +428,13 @@ result<consume_request> parse_consume(const params& p) {
     out.stream = !max.has_value();
     out.cmd.max_messages = max.value_or(1);
     out.wait_ms = r.opt_int("wait_ms", 0, k_max_wait_ms).value_or(0);
+    out.cmd.deadline_ms = r.opt_int("deadline_ms", 0);
+    if (auto d = r.opt_string("deadline_rfc3339")) {
+      if (out.cmd.deadline_ms) fail("give deadline_ms or deadline_rfc3339, not both");
+      auto ms = parse_rfc3339(*d);
+      if (!ms.ok()) fail(fmt::format("deadline_rfc3339 is {}", ms.err().message));
+      out.cmd.deadline_ms = *ms;
+    }
     return out;
   });
 }
@@ -374,17 +452,19 @@ result<ack_request> parse_ack(const params& p) {
       b.acks.reserve(acks.size());
       for (std::size_t i = 0; i < acks.size(); ++i) {
         reader a(acks[i], r, "acks", i);
-        a.only({"partition", "offset", "attempts", "result"});
+        a.only({"partition", "offset", "attempts", "result", "fencing_token"});
         ack_item item;
         item.partition = static_cast<std::uint32_t>(a.req_int("partition", 0, k_u32_max));
         item.offset = static_cast<std::uint64_t>(a.req_int("offset", 0));
         item.attempts = a.opt_int("attempts", 0);
+        item.fencing_token = a.opt_token("fencing_token");
         item.result_json = read_result(a);
         b.acks.push_back(std::move(item));
       }
       return b;
     }
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "result"});
+    r.only(
+        {"topic", "group", "owner", "partition", "offset", "attempts", "result", "fencing_token"});
     ack_cmd c;
     c.ref = read_ref(r);
     c.result_json = read_result(r);
@@ -395,10 +475,14 @@ result<ack_request> parse_ack(const params& p) {
 result<nack_cmd> parse_nack(const params& p) {
   return guarded<nack_cmd>([&] {
     reader r = top(p);
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "reason", "delay_ms"});
+    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token", "reason",
+            "error", "delay_ms"});
     nack_cmd c;
     c.ref = read_ref(r);
+    // "error" is DriftQ's name for the reason.
+    if (r.has("reason") && r.has("error")) fail("give reason or error, not both");
     if (auto reason = r.opt_string("reason")) c.reason = std::move(*reason);
+    if (auto error = r.opt_string("error")) c.reason = std::move(*error);
     c.delay_ms = r.opt_int("delay_ms", 0);
     return c;
   });
@@ -407,7 +491,8 @@ result<nack_cmd> parse_nack(const params& p) {
 result<extend_cmd> parse_extend(const params& p) {
   return guarded<extend_cmd>([&] {
     reader r = top(p);
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "lease_ms"});
+    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token",
+            "lease_ms"});
     extend_cmd c;
     c.ref = read_ref(r);
     c.lease_ms = r.req_int("lease_ms", 1);
@@ -430,6 +515,20 @@ result<key_request> parse_key_query(const params& p) {
   });
 }
 
+result<key_query> parse_key_history_query(const params& p) {
+  return guarded<key_query>([&] {
+    reader r = top(p);
+    r.only({"topic", "group", "key", "tenant_id"});
+    key_query q;
+    q.topic = r.req_topic("topic");
+    q.group = r.req_label("group");
+    q.key = r.req_string("key");
+    if (q.key.empty()) fail("key must be a non-empty string");
+    q.tenant_id = r.opt_string("tenant_id").value_or("");
+    return q;
+  });
+}
+
 result<redrive_cmd> parse_redrive(const params& p) {
   return guarded<redrive_cmd>([&] {
     reader r = top(p);
@@ -449,10 +548,43 @@ json to_json(const topic_created& c) {
 
 // The key order is nlohmann's (alphabetical), so the bytes are those the
 // DOM-built replies had.
+namespace {
+
+// {"billing":{"committed_at_ms":..,"owner":..,"result":..},...}
+void append_committed(std::string& out, const std::map<std::string, committed_key>& committed) {
+  out += '{';
+  bool first = true;
+  for (const auto& [group, k] : committed) {
+    if (!first) out += ',';
+    first = false;
+    append_json_string(out, group);
+    out += R"(:{"committed_at_ms":)";
+    append_json_int(out, k.committed_at_ms);
+    out += R"(,"owner":)";
+    append_json_string(out, k.owner);
+    if (!k.result_json.empty()) {
+      out += R"(,"result":)";
+      out += k.result_json;  // stored minified by the codec
+    }
+    out += '}';
+  }
+  out += '}';
+}
+
+}  // namespace
+
 std::string produce_reply_json(const produce_reply& r, std::string_view topic, bool batch) {
   std::string out;
   if (!batch) {
     const produced& p = r.results.at(0);
+    if (auto done = r.already_committed.find(0); done != r.already_committed.end()) {
+      out += R"({"committed":)";
+      append_committed(out, done->second);
+      out += R"(,"status":"already_committed","topic":)";
+      append_json_string(out, topic);
+      out += '}';
+      return out;
+    }
     out.reserve(96 + topic.size());
     out += p.duplicate ? R"({"duplicate":true,"offset":)" : R"({"duplicate":false,"offset":)";
     append_json_int(out, p.offset);
@@ -468,6 +600,12 @@ std::string produce_reply_json(const produce_reply& r, std::string_view topic, b
   for (std::size_t i = 0; i < r.results.size(); ++i) {
     const produced& p = r.results[i];
     if (i > 0) out += ',';
+    if (auto done = r.already_committed.find(i); done != r.already_committed.end()) {
+      out += R"({"committed":)";
+      append_committed(out, done->second);
+      out += R"(,"status":"already_committed"})";
+      continue;
+    }
     out += p.duplicate ? R"({"duplicate":true,"offset":)" : R"({"duplicate":false,"offset":)";
     append_json_int(out, p.offset);
     out += R"(,"partition":)";
@@ -490,7 +628,14 @@ json to_json(const topic_settings& s) {
           {"retention_ms", s.retention_ms},
           {"max_backlog_messages", s.max_backlog_messages},
           {"max_backlog_bytes", s.max_backlog_bytes},
-          {"max_inflight", s.max_inflight}};
+          {"max_inflight", s.max_inflight},
+          {"idempotency_key_fields", s.idempotency_key_fields},
+          {"idempotency_key_include_topic", s.idempotency_key_include_topic},
+          {"idempotency_key_optional", s.idempotency_key_optional},
+          {"dedup_by_content", s.dedup_by_content},
+          {"key_conflict",
+           s.key_conflict == topic_settings::conflict::supersede ? "supersede" : "hold"},
+          {"key_history", s.key_history}};
 }
 
 json to_json(const topic_info& t) {
@@ -501,7 +646,8 @@ json to_json(const topic_info& t) {
                     {"acked", g.acked},
                     {"auto_acked", g.auto_acked},
                     {"redelivered", g.redelivered},
-                    {"dead_lettered", g.dead_lettered}};
+                    {"dead_lettered", g.dead_lettered},
+                    {"superseded", g.superseded}};
   }
   return {{"name", t.name},
           {"partitions", t.partitions},
@@ -552,6 +698,8 @@ json to_json(const key_info& k) {
   j["partition"] = k.partition;
   j["offset"] = k.offset;
   j["attempts"] = k.attempts;
+  // 0: a key recorded before fencing tokens existed.
+  if (k.fencing_token != 0) j["fencing_token"] = k.fencing_token;
   if (k.st == key_info::state::leased) j["lease_expires_at_ms"] = k.lease_expires_at_ms;
   if (k.st == key_info::state::committed) {
     j["committed_at_ms"] = k.committed_at_ms;
@@ -563,6 +711,109 @@ json to_json(const key_info& k) {
     }
   }
   return j;
+}
+
+std::string_view to_string(key_event::kind k) {
+  switch (k) {
+    case key_event::kind::leased:
+      return "leased";
+    case key_event::kind::lease_expired:
+      return "lease_expired";
+    case key_event::kind::nacked:
+      return "nacked";
+    case key_event::kind::committed:
+      return "committed";
+    case key_event::kind::duplicate_auto_acked:
+      return "duplicate_auto_acked";
+    case key_event::kind::produce_duplicate:
+      return "produce_duplicate";
+    case key_event::kind::produce_committed:
+      return "produce_already_committed";
+    case key_event::kind::superseded:
+      return "superseded";
+    case key_event::kind::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+json to_json(const key_history& h) {
+  json events = json::array();
+  for (const auto& e : h.events) {
+    json j = {{"event", to_string(e.what)}, {"at_ms", e.at_ms}};
+    switch (e.what) {
+      case key_event::kind::produce_committed:
+        break;
+      case key_event::kind::produce_duplicate:
+      case key_event::kind::duplicate_auto_acked:
+      case key_event::kind::superseded:
+        j["partition"] = e.partition;
+        j["offset"] = e.offset;
+        break;
+      default:
+        j["owner"] = e.owner;
+        j["partition"] = e.partition;
+        j["offset"] = e.offset;
+        j["attempts"] = e.attempts;
+        j["fencing_token"] = e.fencing_token;
+        break;
+    }
+    if (!e.reason.empty()) j["reason"] = e.reason;
+    if (e.what == key_event::kind::committed) j["result_bytes"] = e.result_bytes;
+    events.push_back(std::move(j));
+  }
+  return {{"events", std::move(events)}};
+}
+
+namespace {
+
+// Dot paths into a parsed JSON text, and SHA-256 through OpenSSL.
+class json_message_inspector final : public message_inspector {
+ public:
+  result<std::string> field(std::string_view doc, std::string_view dot_path) const override {
+    jdoc d;
+    if (!d.parse(doc)) return make_error(errc::invalid_argument, "the document is not JSON");
+    const jvalue* v = &d.root();
+    std::string_view rest = dot_path;
+    for (;;) {
+      auto dot = rest.find('.');
+      if (!v->is_object()) return make_error(errc::not_found, "absent");
+      v = v->find(rest.substr(0, dot));
+      if (v == nullptr) return make_error(errc::not_found, "absent");
+      if (dot == std::string_view::npos) break;
+      rest.remove_prefix(dot + 1);
+    }
+    switch (v->type()) {
+      case jtype::null:
+        return make_error(errc::not_found, "null");
+      case jtype::string:
+        return std::string(v->str());
+      case jtype::number:
+        return std::string(v->number_text());
+      case jtype::boolean:
+        return std::string(v->as_bool() ? "true" : "false");
+      default:
+        return make_error(errc::invalid_argument, "names an object or array, not a value");
+    }
+  }
+
+  std::string sha256_hex(std::string_view bytes) const override {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("SHA-256 failed");  // only on allocation failure
+    std::string out;
+    out.reserve(2 * n);
+    for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
+    return out;
+  }
+};
+
+}  // namespace
+
+const message_inspector& json_inspector() {
+  static const json_message_inspector k_inspector;
+  return k_inspector;
 }
 
 json to_json(const dlq_origin& d) {

@@ -70,6 +70,8 @@ struct key_request {
   millis wait_ms = 0;
 };
 result<key_request> parse_key_query(const params& p);
+// GET /v1/keys/history: topic, group, key, tenant_id (no wait_ms).
+result<key_query> parse_key_history_query(const params& p);
 
 result<redrive_cmd> parse_redrive(const params& p);
 
@@ -89,6 +91,12 @@ nlohmann::json to_json(const topic_info& t);
 nlohmann::json to_json(const topic_settings& s);
 nlohmann::json to_json(const key_info& k);
 nlohmann::json to_json(const dlq_origin& d);
+// GET /v1/keys/history: {"events":[{"event","at_ms",...},...]}.
+nlohmann::json to_json(const key_history& h);
+
+// The broker's message_inspector: dot paths into JSON with http/json's
+// parser, SHA-256 with OpenSSL. Stateless; any thread.
+const message_inspector& json_inspector();
 
 // Serializes compactly; invalid UTF-8 is replaced, never thrown.
 std::string dump(const nlohmann::json& j);

@@ -155,6 +155,10 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
       {"onceq_stale_acks_rejected_total", "counter",
        "Acks, nacks and extends rejected because the caller no longer held the delivery.",
        [](const group_stats& g, millis) { return static_cast<double>(g.stale_acks_rejected); }},
+      {"onceq_superseded_total", "counter",
+       "Waiting messages acknowledged because a newer message with their idempotency key "
+       "arrived (key_conflict supersede).",
+       [](const group_stats& g, millis) { return static_cast<double>(g.superseded); }},
       {"onceq_backlog", "gauge", "Messages waiting for delivery (not in flight).",
        [](const group_stats& g, millis) { return static_cast<double>(g.backlog); }},
       {"onceq_inflight", "gauge", "Messages leased to a consumer now.",
@@ -176,6 +180,30 @@ void render_broker_metrics(std::string& out, const std::vector<topic_info>& topi
         fmt::format_to(it, "{}{{topic=\"{}\",group=\"{}\"}} {}\n", f.name, topic,
                        escape_label(group), f.value(g, now_ms));
       }
+    }
+  }
+
+  // One family for every duplicate a layer stopped (docs/DESIGN.md,
+  // "Horizons"): produce (dedup window and already_committed, per topic),
+  // consume (auto-acked on a committed key) and supersede (per group).
+  append_family(out, "onceq_duplicates_suppressed_total", "counter",
+                "Duplicates stopped, by the stage that stopped them.");
+  for (const auto& t : topics) {
+    const std::string topic = escape_label(t.name);
+    fmt::format_to(it, "onceq_duplicates_suppressed_total{{stage=\"produce\",topic=\"{}\"}} {}\n",
+                   topic, t.produce_duplicates + t.produce_already_committed);
+    for (const auto& [group, g] : t.groups) {
+      const std::string gl = escape_label(group);
+      fmt::format_to(
+          it,
+          "onceq_duplicates_suppressed_total{{stage=\"consume\",topic=\"{}\",group=\"{}\"}} "
+          "{}\n",
+          topic, gl, g.auto_acked);
+      fmt::format_to(
+          it,
+          "onceq_duplicates_suppressed_total{{stage=\"supersede\",topic=\"{}\",group=\"{}\"}}"
+          " {}\n",
+          topic, gl, g.superseded);
     }
   }
 }

@@ -48,6 +48,8 @@ void append_delivery_line(std::string& out, const delivery& d) {
   }
   out += ",\"lease_expires_at_ms\":";
   append_json_int(out, d.lease_expires_at_ms);
+  out += ",\"fencing_token\":";
+  append_json_int(out, d.fencing_token);
   out += "}\n";
 }
 

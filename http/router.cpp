@@ -95,6 +95,7 @@ const router::route_def router::k_routes[] = {
     {verb::post, "/v1/nack", &router::nack, true, scope::consume},
     {verb::post, "/v1/extend", &router::extend, true, scope::consume},
     {verb::get, "/v1/keys", &router::keys, true, scope::consume},
+    {verb::get, "/v1/keys/history", &router::key_history, true, scope::consume},
     {verb::post, "/v1/dlq/redrive", &router::redrive, true, scope::admin},
     {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
     // Public like healthz: the page and the spec hold no data; the page's
@@ -131,7 +132,7 @@ void consume_stream::abandon_last() {
   std::vector<extend_cmd> cmds;
   for (const auto& h : last_) {
     extend_cmd e;
-    e.ref = delivery_ref{cmd_.topic, cmd_.group, cmd_.owner, h.partition, h.offset, h.attempts};
+    e.ref = delivery_ref{cmd_.topic, cmd_.group, cmd_.owner, h.partition, h.offset, h.attempts, {}};
     e.lease_ms = 1;
     cmds.push_back(std::move(e));
   }
@@ -391,6 +392,11 @@ asio::awaitable<reply> router::consume(call& c) {
   auto cr = parse_consume(*p);
   if (!cr.ok()) co_return error_reply(cr.err(), c);
   if (auto denied = deny_topic(c, cr->cmd.topic)) co_return error_reply(*denied, c);
+  if (cr->cmd.deadline_ms) {
+    // Waiting past the consumer's deadline could deliver nothing anyway.
+    const millis left = std::max<millis>(0, *cr->cmd.deadline_ms - clock_.now_ms());
+    cr->wait_ms = std::min(cr->wait_ms, left);
+  }
   if (!cr->stream) {
     auto got_op = async_consume(runner_, std::move(cr->cmd), cr->wait_ms, use_awaitable);
     auto got = co_await std::move(got_op);
@@ -471,6 +477,19 @@ asio::awaitable<reply> router::keys(call& c) {
   if (!kr.ok()) co_return error_reply(kr.err(), c);
   if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
   auto r_op = async_wait_key(runner_, std::move(kr->q), kr->wait_ms, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
+}
+
+asio::awaitable<reply> router::key_history(call& c) {
+  auto p = read_params(c.req.body(), c.query);
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto q = parse_key_history_query(*p);
+  if (!q.ok()) co_return error_reply(q.err(), c);
+  if (auto denied = deny_topic(c, q->topic)) co_return error_reply(*denied, c);
+  auto r_op = async_execute<onceq::key_history>(
+      runner_, [q = std::move(*q)](broker& b) { return b.get_key_history(q); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));

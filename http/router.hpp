@@ -136,6 +136,7 @@ class router {
   asio::awaitable<reply> nack(call& c);
   asio::awaitable<reply> extend(call& c);
   asio::awaitable<reply> keys(call& c);
+  asio::awaitable<reply> key_history(call& c);
   asio::awaitable<reply> redrive(call& c);
   asio::awaitable<reply> prometheus(call& c);
   asio::awaitable<reply> ui(call& c);

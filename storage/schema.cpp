@@ -8,7 +8,12 @@ namespace {
 constexpr std::uint8_t k_format_version = 1;
 // Topic records with the backpressure settings (max_backlog_*, max_inflight)
 // are version 2; version 1 records (written before) decode with defaults.
-constexpr std::uint8_t k_topic_version = 2;
+// Version 3 adds the idempotency settings (key fields, conflict policy,
+// history).
+constexpr std::uint8_t k_topic_version = 3;
+// Delivery and key records with a fencing token are version 2.
+constexpr std::uint8_t k_delivery_version = 2;
+constexpr std::uint8_t k_key_version = 2;
 
 void put_be32(std::string& out, std::uint32_t v) {
   for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
@@ -35,9 +40,9 @@ class writer {
     std::uint8_t v;
   };
   explicit writer(versioned v) { out_.push_back(static_cast<char>(v.v)); }
-  explicit writer(millis expires_at) {
+  explicit writer(millis expires_at, std::uint8_t version = k_format_version) {
     fixed64(static_cast<std::uint64_t>(expires_at));
-    out_.push_back(static_cast<char>(k_format_version));
+    out_.push_back(static_cast<char>(version));
   }
   void fixed64(std::uint64_t v) {
     for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
@@ -198,6 +203,14 @@ std::string partition_start_prefix(topic_id t) {
 std::string next_topic_id() {
   return "n";
 }
+std::string fence(topic_id t, group_id g) {
+  auto k = with_prefix('f', t);
+  put_be32(k, g);
+  return k;
+}
+std::string fence_prefix(topic_id t) {
+  return with_prefix('f', t);
+}
 
 std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset) {
   std::string k;
@@ -224,6 +237,25 @@ std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::strin
   k.append(tenant);
   k.append(key);
   return k;
+}
+std::string key_latest(topic_id t, std::string_view tenant, std::string_view key) {
+  return idem_key(t, 0, tenant, key);
+}
+std::string key_history(topic_id t, group_id g, std::string_view tenant, std::string_view key) {
+  return idem_key(t, g | 0x80000000u, tenant, key);
+}
+std::string history_of(std::string_view idem_key) {
+  std::string k(idem_key);
+  if (k.size() >= 8) k[4] = static_cast<char>(static_cast<std::uint8_t>(k[4]) | 0x80);
+  return k;
+}
+std::string latest_of(std::string_view idem_key) {
+  std::string k(idem_key);
+  for (std::size_t i = 4; i < 8 && i < k.size(); ++i) k[i] = 0;
+  return k;
+}
+std::string topic_history_of(std::string_view idem_key) {
+  return history_of(latest_of(idem_key));
 }
 std::string dedup(topic_id t, std::string_view id) {
   std::string k;
@@ -289,6 +321,14 @@ std::string encode(const topic_record& r) {
   w.svarint(s.max_backlog_messages);
   w.svarint(s.max_backlog_bytes);
   w.svarint(s.max_inflight);
+  // Version 3.
+  w.varint(s.idempotency_key_fields.size());
+  for (const auto& f : s.idempotency_key_fields) w.str(f);
+  w.byte(s.idempotency_key_include_topic ? 1 : 0);
+  w.byte(s.idempotency_key_optional ? 1 : 0);
+  w.byte(s.dedup_by_content ? 1 : 0);
+  w.byte(s.key_conflict);
+  w.byte(s.key_history ? 1 : 0);
   return w.take();
 }
 
@@ -297,15 +337,29 @@ result<topic_record> decode_topic(std::string_view v) {
   topic_record t;
   auto& s = t.settings;
   std::uint8_t version = 0;
-  if (!(r.version_in(k_format_version, k_topic_version, version) && r.uvar(t.id) &&
-        r.str(t.name) && r.uvar(t.partitions) &&
-        r.svarint(s.lease_ms) && r.svarint(s.max_attempts) && r.svarint(s.backoff_ms) &&
-        r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) && r.svarint(s.dedup_window_ms) &&
-        r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
+  if (!(r.version_in(k_format_version, k_topic_version, version) && r.uvar(t.id) && r.str(t.name) &&
+        r.uvar(t.partitions) && r.svarint(s.lease_ms) && r.svarint(s.max_attempts) &&
+        r.svarint(s.backoff_ms) && r.svarint(s.max_backoff_ms) && r.svarint(s.key_ttl_ms) &&
+        r.svarint(s.dedup_window_ms) && r.svarint(s.retention_ms) && r.svarint(t.created_at_ms)))
     return corrupt("topic");
   if (version >= 2 && !(r.svarint(s.max_backlog_messages) && r.svarint(s.max_backlog_bytes) &&
                         r.svarint(s.max_inflight)))
     return corrupt("topic");
+  if (version >= 3) {
+    std::uint64_t n = 0;
+    if (!r.varint(n) || n > 64) return corrupt("topic");
+    s.idempotency_key_fields.resize(n);
+    for (auto& f : s.idempotency_key_fields)
+      if (!r.str(f)) return corrupt("topic");
+    std::uint8_t inc = 0, opt = 0, content = 0, history = 0;
+    if (!(r.byte(inc) && r.byte(opt) && r.byte(content) && r.byte(s.key_conflict) &&
+          r.byte(history)))
+      return corrupt("topic");
+    s.idempotency_key_include_topic = inc != 0;
+    s.idempotency_key_optional = opt != 0;
+    s.dedup_by_content = content != 0;
+    s.key_history = history != 0;
+  }
   return t;
 }
 
@@ -376,29 +430,32 @@ result<message_record> decode_message(std::string_view v) {
 }
 
 std::string encode(const delivery_record& r) {
-  writer w;
+  writer w(writer::versioned{k_delivery_version});
   w.byte(static_cast<std::uint8_t>(r.state));
   w.str(r.owner);
   w.svarint(r.attempts);
   w.svarint(r.lease_deadline_ms);
   w.svarint(r.not_before_ms);
   w.str(r.last_error);
+  w.varint(r.fencing_token);
   return w.take();
 }
 
 result<delivery_record> decode_delivery(std::string_view v) {
   reader r(v);
   delivery_record d;
-  std::uint8_t st = 0;
-  if (!(r.version() && r.byte(st) && st <= 3 && r.str(d.owner) && r.svarint(d.attempts) &&
-        r.svarint(d.lease_deadline_ms) && r.svarint(d.not_before_ms) && r.str(d.last_error)))
+  std::uint8_t st = 0, version = 0;
+  if (!(r.version_in(k_format_version, k_delivery_version, version) && r.byte(st) && st <= 3 &&
+        r.str(d.owner) && r.svarint(d.attempts) && r.svarint(d.lease_deadline_ms) &&
+        r.svarint(d.not_before_ms) && r.str(d.last_error)))
     return corrupt("delivery");
+  if (version >= 2 && !r.varint(d.fencing_token)) return corrupt("delivery");
   d.state = static_cast<delivery_state>(st);
   return d;
 }
 
 std::string encode(const key_record& r) {
-  writer w(r.expires_at_ms);
+  writer w(r.expires_at_ms, k_key_version);
   w.byte(static_cast<std::uint8_t>(r.state));
   w.str(r.owner);
   w.varint(r.partition);
@@ -406,6 +463,7 @@ std::string encode(const key_record& r) {
   w.svarint(r.attempts);
   w.svarint(r.committed_at_ms);
   w.str(r.result_json);
+  w.varint(r.fencing_token);
   return w.take();
 }
 
@@ -413,11 +471,12 @@ result<key_record> decode_key(std::string_view v) {
   reader r(v);
   key_record k;
   std::uint64_t exp = 0;
-  std::uint8_t st = 0;
-  if (!(r.fixed64(exp) && r.version() && r.byte(st) && (st == 1 || st == 2) && r.str(k.owner) &&
-        r.uvar(k.partition) && r.uvar(k.offset) && r.svarint(k.attempts) &&
-        r.svarint(k.committed_at_ms) && r.str(k.result_json)))
+  std::uint8_t st = 0, version = 0;
+  if (!(r.fixed64(exp) && r.version_in(k_format_version, k_key_version, version) && r.byte(st) &&
+        (st == 1 || st == 2) && r.str(k.owner) && r.uvar(k.partition) && r.uvar(k.offset) &&
+        r.svarint(k.attempts) && r.svarint(k.committed_at_ms) && r.str(k.result_json)))
     return corrupt("key");
+  if (version >= 2 && !r.varint(k.fencing_token)) return corrupt("key");
   k.expires_at_ms = static_cast<millis>(exp);
   k.state = static_cast<key_state>(st);
   return k;
@@ -440,6 +499,59 @@ result<dedup_record> decode_dedup(std::string_view v) {
     return corrupt("dedup");
   d.expires_at_ms = static_cast<millis>(exp);
   return d;
+}
+
+std::string encode(const latest_record& r) {
+  writer w(r.expires_at_ms);
+  w.varint(r.partition);
+  w.varint(r.offset);
+  return w.take();
+}
+
+result<latest_record> decode_latest(std::string_view v) {
+  reader r(v);
+  latest_record l;
+  std::uint64_t exp = 0;
+  if (!(r.fixed64(exp) && r.version() && r.uvar(l.partition) && r.uvar(l.offset)))
+    return corrupt("latest");
+  l.expires_at_ms = static_cast<millis>(exp);
+  return l;
+}
+
+std::string encode(const history_record& r) {
+  writer w(r.expires_at_ms);
+  w.varint(r.events.size());
+  for (const auto& e : r.events) {
+    w.byte(static_cast<std::uint8_t>(e.kind));
+    w.svarint(e.at_ms);
+    w.str(e.owner);
+    w.varint(e.partition);
+    w.varint(e.offset);
+    w.svarint(e.attempts);
+    w.varint(e.fencing_token);
+    w.str(e.reason);
+    w.varint(e.result_bytes);
+  }
+  return w.take();
+}
+
+result<history_record> decode_history(std::string_view v) {
+  reader r(v);
+  history_record h;
+  std::uint64_t exp = 0, n = 0;
+  if (!(r.fixed64(exp) && r.version() && r.varint(n) && n <= k_history_max))
+    return corrupt("history");
+  h.expires_at_ms = static_cast<millis>(exp);
+  h.events.resize(n);
+  for (auto& e : h.events) {
+    std::uint8_t kind = 0;
+    if (!(r.byte(kind) && kind >= 1 && kind <= 9 && r.svarint(e.at_ms) && r.str(e.owner) &&
+          r.uvar(e.partition) && r.uvar(e.offset) && r.svarint(e.attempts) &&
+          r.varint(e.fencing_token) && r.str(e.reason) && r.varint(e.result_bytes)))
+      return corrupt("history");
+    e.kind = static_cast<history_kind>(kind);
+  }
+  return h;
 }
 
 std::string encode_u64(std::uint64_t v) {

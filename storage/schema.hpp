@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "storage/base/clock.hpp"
 #include "storage/base/result.hpp"
@@ -37,6 +38,15 @@ struct topic_settings {
   // Leases one group may hold at once on this topic; a consume past it
   // gets no more messages until leases end. Default: 0 = unlimited.
   std::int64_t max_inflight = 0;
+  // Idempotency features (version 3 records; docs/API.md "Topics").
+  // Sources of a key derived from the message: "envelope.<path>" or
+  // "value.<path>". Default: none.
+  std::vector<std::string> idempotency_key_fields;
+  bool idempotency_key_include_topic = false;  // Default: false
+  bool idempotency_key_optional = false;       // Default: false
+  bool dedup_by_content = false;               // Default: false
+  std::uint8_t key_conflict = 0;               // Default: 0 = hold; 1 = supersede
+  bool key_history = false;                    // Default: false
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -93,6 +103,9 @@ struct delivery_record {
   millis lease_deadline_ms = 0;
   millis not_before_ms = 0;
   std::string last_error;
+  // The group's fencing token of this delivery (version 2; 0 in version 1
+  // records, written before tokens existed).
+  std::uint64_t fencing_token = 0;
 };
 
 enum class key_state : std::uint8_t { committed = 1, failed = 2 };
@@ -107,8 +120,48 @@ struct key_record {
   std::uint64_t offset = 0;
   std::int64_t attempts = 0;
   millis committed_at_ms = 0;
-  std::string result_json;  // "" when the ack carried no result
+  std::string result_json;          // "" when the ack carried no result
+  std::uint64_t fencing_token = 0;  // of the delivery that committed or failed it (version 2)
 };
+
+// Where the newest message with an idempotency key was stored (topics with
+// key_conflict supersede): an older waiting message with the key is
+// superseded. Expires with the message (retention).
+struct latest_record {
+  millis expires_at_ms = 0;  // 0: never
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+};
+
+// One event in a key's life (topics with key_history).
+enum class history_kind : std::uint8_t {
+  leased = 1,
+  lease_expired = 2,
+  nacked = 3,
+  committed = 4,
+  duplicate_auto_acked = 5,  // a delivery found the key committed
+  produce_duplicate = 6,     // a produce answered from the dedup window
+  produce_committed = 7,     // a produce answered already_committed
+  superseded = 8,            // a waiting message replaced by a newer one
+  failed = 9,                // attempts used up: dead-lettered
+};
+struct history_event {
+  history_kind kind = history_kind::leased;
+  millis at_ms = 0;
+  std::string owner;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  std::int64_t attempts = 0;
+  std::uint64_t fencing_token = 0;
+  std::string reason;              // nacked, lease_expired, failed
+  std::uint64_t result_bytes = 0;  // committed
+};
+// The last k_history_max events of a key, oldest first.
+struct history_record {
+  millis expires_at_ms = 0;  // 0: never
+  std::vector<history_event> events;
+};
+inline constexpr std::size_t k_history_max = 64;
 
 struct dedup_record {
   millis expires_at_ms = 0;
@@ -117,7 +170,7 @@ struct dedup_record {
   millis stored_at_ms = 0;
 };
 
-// Both key_record and dedup_record values start with expires_at_ms as a
+// key_record, dedup_record, latest_record and history_record values start with expires_at_ms as a
 // fixed 8-byte little-endian integer, so that a compaction filter can drop
 // expired entries without decoding the rest. 0 means never.
 millis expires_at_of(std::string_view value) noexcept;
@@ -134,12 +187,25 @@ std::string cursor_prefix(topic_id t);
 std::string partition_start(topic_id t, std::uint32_t partition);
 std::string partition_start_prefix(topic_id t);
 std::string next_topic_id();
+// The last fencing token handed out by (t, g): never reused.
+std::string fence(topic_id t, group_id g);
+std::string fence_prefix(topic_id t);
 // messages
 std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset);
 // deliveries
 std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset);
 // keys
 std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key);
+// Also in the keys space, apart from every idem_key because group ids start
+// at 1 and stay below 2^31: the newest message of a key (group 0) and a
+// key's history (the group id with the top bit set; group 0: the topic's
+// produce events, shared by every group).
+std::string key_latest(topic_id t, std::string_view tenant, std::string_view key);
+std::string key_history(topic_id t, group_id g, std::string_view tenant, std::string_view key);
+// The same two, from the idem_key of the key in any group.
+std::string history_of(std::string_view idem_key);
+std::string latest_of(std::string_view idem_key);
+std::string topic_history_of(std::string_view idem_key);  // key_history with group 0
 // dedup
 std::string dedup(topic_id t, std::string_view id);
 
@@ -178,6 +244,8 @@ std::string encode(const message_record& r);
 std::string encode(const delivery_record& r);
 std::string encode(const key_record& r);
 std::string encode(const dedup_record& r);
+std::string encode(const latest_record& r);
+std::string encode(const history_record& r);
 std::string encode_u64(std::uint64_t v);
 
 result<topic_record> decode_topic(std::string_view v);
@@ -186,6 +254,8 @@ result<message_record> decode_message(std::string_view v);
 result<delivery_record> decode_delivery(std::string_view v);
 result<key_record> decode_key(std::string_view v);
 result<dedup_record> decode_dedup(std::string_view v);
+result<latest_record> decode_latest(std::string_view v);
+result<history_record> decode_history(std::string_view v);
 result<std::uint64_t> decode_u64(std::string_view v);
 
 }  // namespace onceq::storage

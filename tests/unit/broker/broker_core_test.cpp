@@ -41,8 +41,8 @@ TEST_F(BrokerTest, CreateTopicRejectsBadInputAndChangesNothing) {
 
 TEST_F(BrokerTest, ProduceToUnknownTopicIs400AndUnknownTopicUrlIs404) {
   message_in m = msg("x");
-  EXPECT_EQ(b().produce(produce_cmd{"nope", {m}, {}}).code(), errc::invalid_argument);
-  EXPECT_EQ(b().consume(consume_cmd{"nope", "g", "o", {}, 1}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"nope", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().consume(consume_cmd{"nope", "g", "o", {}, 1, {}}).code(), errc::invalid_argument);
   EXPECT_EQ(b().get_topic("nope").code(), errc::not_found);
   EXPECT_EQ(b().delete_topic("nope").code(), errc::not_found);
 }
@@ -60,7 +60,7 @@ TEST_F(BrokerTest, PartitionIsOverrideElseKeyHashElseZero) {
   EXPECT_EQ(produce("t", msg("no key")).partition, 0u);
   m = msg("v");
   m.partition_override = 4;
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
 }
 
 TEST_F(BrokerTest, OffsetsIncreaseAndAGroupReadsInOffsetOrder) {
@@ -84,9 +84,10 @@ TEST_F(BrokerTest, BatchProduceIsAtomic) {
   create("t", 2);
   auto good = msg("ok");
   auto bad = msg("");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}, {}, nullptr}).code(),
+            errc::invalid_argument);
   EXPECT_TRUE(consume("t", "g", "a").empty());
-  auto r = b().produce(produce_cmd{"t", {good, good, good}, {}});
+  auto r = b().produce(produce_cmd{"t", {good, good, good}, {}, {}, nullptr});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->results.size(), 3u);
   EXPECT_EQ(consume("t", "g", "a").size(), 3u);
@@ -96,9 +97,9 @@ TEST_F(BrokerTest, ProduceAfterDeadlineIsRejected) {
   create("t");
   auto m = msg("late");
   m.deadline_ms = clock_.now_ms() - 1;
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
   m.deadline_ms = clock_.now_ms() + 1000;
-  EXPECT_TRUE(b().produce(produce_cmd{"t", {m}, {}}).ok());
+  EXPECT_TRUE(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).ok());
 }
 
 TEST_F(BrokerTest, GroupsFanOutAndInsideAGroupOneConsumerAtATime) {
@@ -231,11 +232,11 @@ TEST_F(BrokerTest, AckBatchReportsEachAck) {
   produce("t", "x");
   produce("t", "y");
   auto d = consume("t", "g", "a", 2);
-  ack_batch_cmd cmd{
-      "t",
-      "g",
-      "a",
-      {ack_item{0, d[0].offset, {}, {}}, ack_item{0, 99, {}, {}}, ack_item{0, d[1].offset, 7, {}}}};
+  ack_batch_cmd cmd{"t",
+                    "g",
+                    "a",
+                    {ack_item{0, d[0].offset, {}, {}, {}}, ack_item{0, 99, {}, {}, {}},
+                     ack_item{0, d[1].offset, 7, {}, {}}}};
   auto r = b().ack_batch(cmd);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->size(), 3u);
@@ -269,8 +270,8 @@ TEST_F(BrokerTest, StorageFailureAnswersUnavailable) {
   create("t");
   store_.fail_writes(true);
   message_in m = msg("x");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}}).code(), errc::unavailable);
-  EXPECT_EQ(b().consume(consume_cmd{"t", "g", "o", {}, 1}).code(), errc::unavailable);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::unavailable);
+  EXPECT_EQ(b().consume(consume_cmd{"t", "g", "o", {}, 1, {}}).code(), errc::unavailable);
 }
 
 TEST_F(BrokerTest, RoundRobinAcrossPartitions) {

@@ -37,13 +37,13 @@ struct world {
     m.value = value;
     m.idempotency_key = idem;
     m.msg_id = msg_id;
-    auto r = b->produce(produce_cmd{topic, {m}, {}});
+    auto r = b->produce(produce_cmd{topic, {m}, {}, {}, nullptr});
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
   std::vector<delivery> consume(const std::string& topic, const std::string& group,
                                 const std::string& owner, std::int64_t max = 10,
                                 std::optional<std::int64_t> lease_ms = std::nullopt) {
-    auto r = b->consume(consume_cmd{topic, group, owner, lease_ms, max});
+    auto r = b->consume(consume_cmd{topic, group, owner, lease_ms, max, {}});
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? *r : std::vector<delivery>{};
   }
@@ -145,26 +145,27 @@ void dead_lettered_one(world& w) {
   ASSERT_EQ(info->produced, 1u);
 }
 
-const delivery_ref k_ref{"t", "g", "a", 0, 0, std::nullopt};
+const delivery_ref k_ref{"t", "g", "a", 0, 0, std::nullopt, std::nullopt};
 
 errc do_produce(world& w) {
   message_in m;
   m.value = "y";
   m.msg_id = "m2";
   m.idempotency_key = "k2";
-  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}}));
+  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}, {}, nullptr}));
 }
 errc do_consume(world& w) {
-  return code_of(w.b->consume(consume_cmd{"t", "g", "a", std::nullopt, 10}));
+  return code_of(w.b->consume(consume_cmd{"t", "g", "a", std::nullopt, 10, {}}));
 }
 errc do_consume_new_group(world& w) {
-  return code_of(w.b->consume(consume_cmd{"t", "other", "a", std::nullopt, 10}));
+  return code_of(w.b->consume(consume_cmd{"t", "other", "a", std::nullopt, 10, {}}));
 }
 errc do_ack(world& w) {
   return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})"}));
 }
 errc do_ack_batch(world& w) {
-  return code_of(w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, ""}, {0, 0, 1, ""}}}));
+  return code_of(
+      w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, "", {}}, {0, 0, 1, "", {}}}}));
 }
 errc do_nack(world& w) {
   return code_of(w.b->nack(nack_cmd{k_ref, "boom", std::nullopt}));
@@ -243,6 +244,83 @@ TEST(BrokerFaults, RedriveIsAtomic) {
   expect_atomic_on_read_failure(dead_lettered_one, do_redrive);
 }
 
+// ---- idempotency features: the same guarantees on their new paths -------
+
+topic_settings history_settings() {
+  topic_settings s;
+  s.key_history = true;
+  return s;
+}
+void leased_with_history(world& w) {
+  w.create("t", history_settings());
+  w.produce("t", "x", "k1", "m1");
+  ASSERT_EQ(w.consume("t", "g", "a").size(), 1u);
+}
+void two_with_one_key_supersede(world& w) {
+  auto s = history_settings();
+  s.key_conflict = topic_settings::conflict::supersede;
+  w.create("t", s);
+  w.produce("t", "old", "k1");
+  w.produce("t", "new", "k1");
+}
+void committed_one(world& w) {
+  w.create("t", history_settings());
+  w.produce("t", "x", "k1", "m1");
+  ASSERT_EQ(w.consume("t", "g", "a").size(), 1u);
+  ASSERT_TRUE(w.b->ack(ack_cmd{k_ref, R"({"ok":1})"}).ok());
+}
+errc do_produce_skip_committed(world& w) {
+  message_in m;
+  m.value = "again";
+  m.idempotency_key = "k1";
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {"g"}, nullptr});
+  if (r.ok() && r->already_committed.empty()) return errc::internal;
+  return code_of(r);
+}
+errc do_produce_duplicate(world& w) {
+  message_in m;
+  m.value = "x";
+  m.idempotency_key = "k1";
+  m.msg_id = "m1";
+  return code_of(w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr}));
+}
+errc do_ack_fenced(world& w) {
+  auto ref = k_ref;
+  ref.fencing_token = 1;
+  return code_of(w.b->ack(ack_cmd{ref, R"({"ok":1})"}));
+}
+
+TEST(BrokerFaults, FencedAckWithHistoryIsAtomic) {
+  expect_atomic_on_write_failure(leased_with_history, do_ack_fenced);
+  expect_atomic_on_read_failure(leased_with_history, do_ack_fenced);  // the history record
+}
+TEST(BrokerFaults, ConsumeWithHistoryIsAtomic) {
+  expect_atomic_on_write_failure(produced_one, do_consume);
+  expect_atomic_on_write_failure(leased_with_history, do_consume_new_group);
+  expect_atomic_on_read_failure(leased_with_history, do_consume_new_group, 2);
+}
+TEST(BrokerFaults, NackWithHistoryIsAtomic) {
+  expect_atomic_on_write_failure(leased_with_history, do_nack);
+  expect_atomic_on_read_failure(leased_with_history, do_nack, 2);  // key, history
+}
+TEST(BrokerFaults, SupersedeIsAtomic) {
+  expect_atomic_on_write_failure(two_with_one_key_supersede, do_consume);
+  // message, latest record, ..., history records
+  expect_atomic_on_read_failure(two_with_one_key_supersede, do_consume, 3);
+}
+TEST(BrokerFaults, ProduceAnsweredFromCommittedKeysIsAtomic) {
+  expect_atomic_on_write_failure(committed_one, do_produce_skip_committed);
+  expect_atomic_on_read_failure(committed_one, do_produce_skip_committed, 2);
+}
+TEST(BrokerFaults, ProduceDuplicateWithHistoryIsAtomic) {
+  expect_atomic_on_write_failure(committed_one, do_produce_duplicate);
+  expect_atomic_on_read_failure(committed_one, do_produce_duplicate, 2);  // dedup, history
+}
+TEST(BrokerFaults, LeaseExpiryWithHistoryIsAtomic) {
+  expect_atomic_on_write_failure(leased_with_history, do_expire);
+  expect_atomic_on_read_failure(leased_with_history, do_expire, 1);
+}
+
 TEST(BrokerFaults, ReadsWorkWhileTheStoreRefusesWrites) {
   world w;
   leased_one(w);
@@ -264,7 +342,7 @@ TEST(BrokerFaults, RefusedWritesAnswerWithARetryHint) {
   w.store.fail_writes(true);
   message_in m;
   m.value = "x";
-  auto r = w.b->produce(produce_cmd{"t", {m}, {}});
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr});
   ASSERT_EQ(r.code(), errc::unavailable);
   EXPECT_GT(r.err().retry_after_ms, 0);
 }

@@ -37,7 +37,12 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
   s.max_attempts = 3;
   s.lease_ms = 500;
   log.push_back({now, create_topic_cmd{"a", 3, s}});
-  log.push_back({now, create_topic_cmd{"b", 1, {}}});
+  // b keeps key histories and supersedes waiting messages: the new paths
+  // must be as deterministic as the old ones.
+  topic_settings sb;
+  sb.key_history = true;
+  sb.key_conflict = topic_settings::conflict::supersede;
+  log.push_back({now, create_topic_cmd{"b", 1, sb}});
   for (std::size_t i = 0; i < n; ++i) {
     now += pick(200);
     std::string topic = pick(4) == 0 ? "b" : "a";
@@ -46,7 +51,8 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
     switch (pick(9)) {
       case 0:
       case 1: {
-        produce_cmd p{topic, {}, {}};
+        produce_cmd p{topic, {}, {}, {}, nullptr};
+        if (pick(4) == 0) p.skip_if_committed = {group};
         for (int m = 0, count = 1 + pick(3); m < count; ++m) {
           message_in msg;
           msg.value = fmt::format("v{}", i);
@@ -60,27 +66,31 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
       }
       case 2:
       case 3:
-        log.push_back({now, consume_cmd{topic, group, owner, 100 + pick(900), 1 + pick(4)}});
+        log.push_back({now, consume_cmd{topic, group, owner, 100 + pick(900), 1 + pick(4), {}}});
         break;
       case 4: {
         ack_batch_cmd a{topic, group, owner, {}};
         for (int k = 0, count = 1 + pick(3); k < count; ++k)
           a.acks.push_back(ack_item{static_cast<std::uint32_t>(pick(topic == "a" ? 3 : 1)),
-                                    static_cast<std::uint64_t>(pick(15)), std::nullopt,
-                                    pick(2) ? R"({"ok":true})" : ""});
+                                    static_cast<std::uint64_t>(pick(15)),
+                                    std::nullopt,
+                                    pick(2) ? R"({"ok":true})" : "",
+                                    {}});
         log.push_back({now, a});
         break;
       }
       case 5:
         log.push_back({now, nack_cmd{{topic, group, owner, 0, static_cast<std::uint64_t>(pick(15)),
-                                      std::nullopt},
+                                      std::nullopt, std::nullopt},
                                      "boom",
                                      pick(2) ? std::optional<std::int64_t>(50) : std::nullopt}});
         break;
       case 6:
-        log.push_back({now, extend_cmd{{topic, group, owner, 0,
-                                        static_cast<std::uint64_t>(pick(15)), std::nullopt},
-                                       300}});
+        log.push_back(
+            {now,
+             extend_cmd{{topic, group, owner, 0, static_cast<std::uint64_t>(pick(15)), std::nullopt,
+                         pick(2) ? std::optional<std::uint64_t>(pick(30) + 1) : std::nullopt},
+                        300}});
         break;
       case 7:
         log.push_back({now, key_query{topic, group, fmt::format("k{}", pick(20)), ""}});
@@ -114,13 +124,14 @@ std::string replay(broker& b, manual_clock& clock, const std::vector<entry>& log
             if (r.ok())
               for (auto& p : r->results)
                 answers += fmt::format(" {}/{}/{}", p.partition, p.offset, p.duplicate);
+            if (r.ok()) answers += fmt::format(" committed={}", r->already_committed.size());
           } else if constexpr (std::is_same_v<T, consume_cmd>) {
             auto r = b.consume(c);
             answers += code_str(r.code());
             if (r.ok())
               for (auto& d : *r)
-                answers += fmt::format(" {}/{}#{}@{}", d.partition, d.offset, d.attempts,
-                                       d.lease_expires_at_ms);
+                answers += fmt::format(" {}/{}#{}@{}^{}", d.partition, d.offset, d.attempts,
+                                       d.lease_expires_at_ms, d.fencing_token);
           } else if constexpr (std::is_same_v<T, ack_batch_cmd>) {
             auto r = b.ack_batch(c);
             answers += code_str(r.code());

@@ -40,7 +40,7 @@ class BrokerTest : public ::testing::Test {
   }
 
   produced produce(const std::string& topic, message_in m, std::string header = {}) {
-    produce_cmd cmd{topic, {std::move(m)}, std::move(header)};
+    produce_cmd cmd{topic, {std::move(m)}, std::move(header), {}, nullptr};
     auto r = b().produce(cmd);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? r->results.at(0) : produced{};
@@ -53,14 +53,14 @@ class BrokerTest : public ::testing::Test {
   std::vector<delivery> consume(const std::string& topic, const std::string& group,
                                 const std::string& owner, std::int64_t max = 10,
                                 std::optional<std::int64_t> lease_ms = std::nullopt) {
-    auto r = b().consume(consume_cmd{topic, group, owner, lease_ms, max});
+    auto r = b().consume(consume_cmd{topic, group, owner, lease_ms, max, {}});
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? std::move(*r) : std::vector<delivery>{};
   }
 
   static delivery_ref ref(const delivery& d, const std::string& group, const std::string& owner,
                           std::optional<std::int64_t> attempts = std::nullopt) {
-    return delivery_ref{d.topic, group, owner, d.partition, d.offset, attempts};
+    return delivery_ref{d.topic, group, owner, d.partition, d.offset, attempts, {}};
   }
 
   result<void> ack(const delivery& d, const std::string& group, const std::string& owner,

@@ -38,7 +38,7 @@ class RunnerTest : public ::testing::Test {
       message_in m;
       m.value = value;
       m.idempotency_key = idem;
-      return b.produce(produce_cmd{"t", {m}, {}});
+      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
     });
   }
 
@@ -52,7 +52,7 @@ TEST_F(RunnerTest, LongPollIsWokenByProduce) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
   auto start = std::chrono::steady_clock::now();
-  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 10'000,
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 10'000,
                   [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
   EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout) << "nothing to deliver yet";
   ASSERT_TRUE(produce("hello").ok());
@@ -67,7 +67,7 @@ TEST_F(RunnerTest, LongPollIsWokenByProduce) {
 TEST_F(RunnerTest, LongPollTimesOutEmpty) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
-  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 50,
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 50,
                   [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   auto r = f.get();
@@ -78,7 +78,7 @@ TEST_F(RunnerTest, LongPollTimesOutEmpty) {
 TEST_F(RunnerTest, BadConsumeAnswersErrorWithoutWaiting) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
-  runner_.consume(consume_cmd{"missing", "g", "o", {}, 10}, 10'000,
+  runner_.consume(consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
                   [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(f.get().code(), errc::invalid_argument);
@@ -87,7 +87,7 @@ TEST_F(RunnerTest, BadConsumeAnswersErrorWithoutWaiting) {
 TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
   ASSERT_TRUE(produce("charge", "order-9").ok());
   std::promise<result<std::vector<delivery>>> cp;
-  runner_.consume(consume_cmd{"t", "g", "a", {}, 1}, 0,
+  runner_.consume(consume_cmd{"t", "g", "a", {}, 1, {}}, 0,
                   [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
   auto got = cp.get_future().get();
   ASSERT_TRUE(got.ok());
@@ -101,7 +101,7 @@ TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
   auto d = (*got)[0];
   auto acked = call<bool>([d](broker& b) -> result<bool> {
     ONCEQ_TRY(
-        b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}}, R"({"id":1})"}));
+        b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, R"({"id":1})"}));
     return true;
   });
   ASSERT_TRUE(acked.ok());
@@ -115,7 +115,7 @@ TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
 TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
-  runner_.consume(consume_cmd{"t", "g", "o", {}, 10}, 60'000,
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 60'000,
                   [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
   std::this_thread::sleep_for(50ms);
   runner_.stop();
@@ -177,7 +177,7 @@ TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
   // before the write both made is durable.
   std::promise<result<std::vector<delivery>>> cp;
   auto cf = cp.get_future();
-  r.consume(consume_cmd{"t", "g", "o", {}, 10}, 10'000,
+  r.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 10'000,
             [&cp](result<std::vector<delivery>> x) { cp.set_value(std::move(x)); });
   std::promise<result<produce_reply>> pp;
   auto pf = pp.get_future();
@@ -185,7 +185,7 @@ TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
       [](broker& br) {
         message_in m;
         m.value = "v";
-        return br.produce(produce_cmd{"t", {m}, {}});
+        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
       },
       [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
   EXPECT_EQ(pf.wait_for(200ms), std::future_status::timeout) << "answered before durable";

@@ -530,15 +530,16 @@ TEST(CodecTest, Redrive) {
 // ---- replies ---------------------------------------------------------------------
 
 TEST(CodecTest, ProduceReplies) {
-  produce_reply r{{{2, 10, false}, {0, 11, true}}};
+  produce_reply r{{{2, 10, false}, {0, 11, true}}, {}};
   const json single = {{"status", "produced"},
                        {"topic", "t"},
                        {"partition", 2},
                        {"offset", 10},
                        {"duplicate", true}};
-  EXPECT_EQ(json::parse(produce_reply_json(produce_reply{{{2, 10, true}}}, "t", false)), single);
+  EXPECT_EQ(json::parse(produce_reply_json(produce_reply{{{2, 10, true}}, {}}, "t", false)),
+            single);
   // Byte for byte what dumping the DOM gave.
-  EXPECT_EQ(produce_reply_json(produce_reply{{{2, 10, true}}}, "t", false), dump(single));
+  EXPECT_EQ(produce_reply_json(produce_reply{{{2, 10, true}}, {}}, "t", false), dump(single));
   json batch = json::parse(produce_reply_json(r, "t", true));
   EXPECT_EQ(batch.size(), 3u);
   EXPECT_EQ(batch["status"], "produced");
@@ -546,7 +547,7 @@ TEST(CodecTest, ProduceReplies) {
   EXPECT_EQ(batch["results"][0], (json{{"partition", 2}, {"offset", 10}, {"duplicate", false}}));
   EXPECT_EQ(batch["results"][1], (json{{"partition", 0}, {"offset", 11}, {"duplicate", true}}));
   EXPECT_EQ(produce_reply_json(r, "t", true), dump(batch));
-  produce_reply big{{{4294967295u, 18446744073709551615ull, false}}};
+  produce_reply big{{{4294967295u, 18446744073709551615ull, false}}, {}};
   EXPECT_EQ(json::parse(produce_reply_json(big, "a.b-c_d", false))["offset"],
             18446744073709551615ull);
 }
@@ -566,7 +567,8 @@ TEST(CodecTest, TopicInfoReply) {
   json j = to_json(t);
   EXPECT_EQ(j["name"], "t");
   EXPECT_EQ(j["partitions"], 3);
-  EXPECT_EQ(j["settings"].size(), 10u);
+  EXPECT_EQ(j["settings"].size(), 16u);
+  EXPECT_EQ(j["settings"]["key_conflict"], "hold");
   EXPECT_EQ(j["settings"]["max_backlog_messages"], 0);
   EXPECT_EQ(j["settings"]["max_backlog_bytes"], 0);
   EXPECT_EQ(j["settings"]["max_inflight"], 0);
@@ -576,7 +578,8 @@ TEST(CodecTest, TopicInfoReply) {
                                     {"acked", 3},
                                     {"auto_acked", 4},
                                     {"redelivered", 5},
-                                    {"dead_lettered", 6}}));
+                                    {"dead_lettered", 6},
+                                    {"superseded", 0}}));
 }
 
 TEST(CodecTest, KeyInfoReplies) {
@@ -627,6 +630,104 @@ TEST(CodecTest, AckOutcomes) {
   EXPECT_EQ(json::parse(ack_outcomes_json(o)), expected);
   EXPECT_EQ(ack_outcomes_json(o), dump(expected));
   EXPECT_EQ(json::parse(ack_outcomes_json({})), (json{{"results", json::array()}}));
+}
+
+}  // namespace
+}  // namespace onceq::http
+
+namespace onceq::http {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(CodecIdempotency, CreateTopicReadsTheIdempotencySettings) {
+  auto c = parse_create_topic(body({{"name", "t"},
+                                    {"idempotency_key_fields", {"envelope.tenant_id", "value.a.b"}},
+                                    {"idempotency_key_include_topic", true},
+                                    {"idempotency_key_optional", true},
+                                    {"dedup_by_content", true},
+                                    {"key_conflict", "supersede"},
+                                    {"key_history", true}}),
+                              {});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->settings.idempotency_key_fields.size(), 2u);
+  EXPECT_TRUE(c->settings.idempotency_key_include_topic);
+  EXPECT_TRUE(c->settings.idempotency_key_optional);
+  EXPECT_TRUE(c->settings.dedup_by_content);
+  EXPECT_EQ(c->settings.key_conflict, topic_settings::conflict::supersede);
+  EXPECT_TRUE(c->settings.key_history);
+  auto j = to_json(c->settings);
+  EXPECT_EQ(j["key_conflict"], "supersede");
+  EXPECT_EQ(j["idempotency_key_fields"][1], "value.a.b");
+}
+
+TEST(CodecIdempotency, WrongTypesAndUnknownPoliciesAre400) {
+  for (const json& bad :
+       {json{{"name", "t"}, {"key_conflict", "newest"}}, json{{"name", "t"}, {"key_conflict", 1}},
+        json{{"name", "t"}, {"key_history", "yes"}}, json{{"name", "t"}, {"dedup_by_content", 1}},
+        json{{"name", "t"}, {"idempotency_key_fields", "value.a"}},
+        json{{"name", "t"}, {"idempotency_key_fields", {1}}}}) {
+    auto c = parse_create_topic(body(bad), {});
+    EXPECT_EQ(c.code(), errc::invalid_argument) << bad.dump();
+  }
+}
+
+TEST(CodecIdempotency, FencingTokensSkipIfCommittedDeadlinesAndTheErrorAlias) {
+  auto a = parse_ack(body({{"topic", "t"},
+                           {"group", "g"},
+                           {"owner", "o"},
+                           {"partition", 0},
+                           {"offset", 1},
+                           {"fencing_token", 9}}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(std::get<ack_cmd>(*a).ref.fencing_token, 9u);
+  EXPECT_EQ(parse_ack(body({{"topic", "t"},
+                            {"group", "g"},
+                            {"owner", "o"},
+                            {"partition", 0},
+                            {"offset", 1},
+                            {"fencing_token", -1}}))
+                .code(),
+            errc::invalid_argument);
+  auto n = parse_nack(body({{"topic", "t"},
+                            {"group", "g"},
+                            {"owner", "o"},
+                            {"partition", 0},
+                            {"offset", 1},
+                            {"error", "boom"}}));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->reason, "boom");
+  auto p =
+      parse_produce(body({{"topic", "t"}, {"value", "x"}, {"skip_if_committed", {"a", "b"}}}), "");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->cmd.skip_if_committed.size(), 2u);
+  EXPECT_NE(p->cmd.inspector, nullptr);
+  auto q = parse_consume(query("topic=t&group=g&owner=o&deadline_rfc3339=2030-01-01T00:00:00Z"));
+  ASSERT_TRUE(q.ok()) << q.err().message;
+  EXPECT_EQ(q->cmd.deadline_ms, 1893456000000);
+  EXPECT_EQ(parse_consume(query("topic=t&group=g&owner=o&deadline_ms=-5")).code(),
+            errc::invalid_argument);
+}
+
+TEST(CodecIdempotency, AlreadyCommittedReplies) {
+  produce_reply r{{{0, 0, false}}, {}};
+  r.already_committed[0]["billing"] = committed_key{R"({"id":7})", 1000, "w1"};
+  EXPECT_EQ(json::parse(produce_reply_json(r, "t", false)),
+            json::parse(R"({"committed":{"billing":{"committed_at_ms":1000,"owner":"w1",)"
+                        R"("result":{"id":7}}},"status":"already_committed","topic":"t"})"));
+  auto batch = json::parse(produce_reply_json(r, "t", true));
+  EXPECT_EQ(batch["results"][0]["status"], "already_committed");
+}
+
+TEST(CodecIdempotency, TheInspectorReadsDotPathsAndHashes) {
+  const auto& in = json_inspector();
+  EXPECT_EQ(in.field(R"({"a":{"b":"x"}})", "a.b").value(), "x");
+  EXPECT_EQ(in.field(R"({"a":{"b":12}})", "a.b").value(), "12");
+  EXPECT_EQ(in.field(R"({"a":{}})", "a.b").code(), errc::not_found);
+  EXPECT_EQ(in.field("nope", "a").code(), errc::invalid_argument);
+  EXPECT_EQ(in.field(R"({"a":[1]})", "a").code(), errc::invalid_argument);
+  EXPECT_EQ(in.sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 }  // namespace

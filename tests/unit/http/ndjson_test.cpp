@@ -29,7 +29,7 @@ TEST(NdjsonTest, EveryFieldInOrder) {
       line,
       R"({"topic":"orders","partition":3,"offset":42,"attempts":2,"key":"k1","value":"hello",)"
       R"("last_error":"lease_expired","envelope":{"idempotency_key":"job-1","headers":{"a":"b"}},)"
-      R"("lease_expires_at_ms":1700000030000})"
+      R"("lease_expires_at_ms":1700000030000,"fencing_token":0})"
       "\n");
 }
 
@@ -44,7 +44,7 @@ TEST(NdjsonTest, AbsentKeyAndEnvelope) {
   EXPECT_EQ(j["key"], "");
   EXPECT_EQ(j["envelope"], json::object());
   EXPECT_EQ(j["last_error"], "");
-  EXPECT_EQ(j.size(), 9u);
+  EXPECT_EQ(j.size(), 10u);
 }
 
 TEST(NdjsonTest, EscapesStrings) {

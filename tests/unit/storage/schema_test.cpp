@@ -377,3 +377,77 @@ TEST(schema, parse_partition_start) {
 
 }  // namespace
 }  // namespace onceq::storage
+
+namespace onceq::storage {
+namespace {
+
+TEST(schema_idempotency, topic_version_3_settings_round_trip) {
+  topic_record t;
+  t.name = "derived";
+  t.settings.idempotency_key_fields = {"envelope.tenant_id", "value.order.id"};
+  t.settings.idempotency_key_include_topic = true;
+  t.settings.dedup_by_content = true;
+  t.settings.key_conflict = 1;
+  t.settings.key_history = true;
+  auto r = decode_topic(encode(t));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->settings, t.settings);
+  expect_rejects_truncations(encode(t), decode_topic);
+}
+
+TEST(schema_idempotency, tokens_round_trip_and_version_1_records_decode_with_token_0) {
+  delivery_record d;
+  d.state = delivery_state::leased;
+  d.owner = "w";
+  d.fencing_token = 1234567;
+  auto rd = decode_delivery(encode(d));
+  ASSERT_TRUE(rd.ok());
+  EXPECT_EQ(rd->fencing_token, 1234567u);
+  expect_rejects_truncations(encode(d), decode_delivery);
+  // Version 1: the same without the trailing token, version byte 1.
+  d.fencing_token = 0;
+  std::string v1 = encode(d);
+  v1.pop_back();
+  v1[0] = 1;
+  auto old = decode_delivery(v1);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->fencing_token, 0u);
+  EXPECT_EQ(old->owner, "w");
+
+  key_record k;
+  k.owner = "w";
+  k.fencing_token = 9;
+  auto rk = decode_key(encode(k));
+  ASSERT_TRUE(rk.ok());
+  EXPECT_EQ(rk->fencing_token, 9u);
+  k.fencing_token = 0;
+  std::string k1 = encode(k);
+  k1.pop_back();
+  k1[8] = 1;  // after the 8-byte expiry
+  auto oldk = decode_key(k1);
+  ASSERT_TRUE(oldk.ok());
+  EXPECT_EQ(oldk->owner, "w");
+}
+
+TEST(schema_idempotency, history_and_latest_round_trip_and_stay_out_of_idem_keys) {
+  history_record h;
+  h.expires_at_ms = 77;
+  h.events.push_back(history_event{history_kind::committed, 5, "w", 1, 2, 3, 4, "r", 6});
+  auto rh = decode_history(encode(h));
+  ASSERT_TRUE(rh.ok());
+  ASSERT_EQ(rh->events.size(), 1u);
+  EXPECT_EQ(rh->events[0].result_bytes, 6u);
+  EXPECT_EQ(expires_at_of(encode(h)), 77);
+  expect_rejects_truncations(encode(h), decode_history);
+  auto rl = decode_latest(encode(latest_record{9, 1, 2}));
+  ASSERT_TRUE(rl.ok());
+  EXPECT_EQ(rl->offset, 2u);
+  const auto idem = keys::idem_key(3, 1, "t", "k");
+  EXPECT_EQ(keys::history_of(idem), keys::key_history(3, 1, "t", "k"));
+  EXPECT_EQ(keys::latest_of(idem), keys::key_latest(3, "t", "k"));
+  EXPECT_NE(keys::history_of(idem), idem);
+  EXPECT_NE(keys::latest_of(idem), idem);
+}
+
+}  // namespace
+}  // namespace onceq::storage
