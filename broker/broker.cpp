@@ -10,6 +10,7 @@
 
 #include "broker/core.hpp"
 #include "broker/delivery.hpp"
+#include "broker/errors.hpp"
 #include "broker/records.hpp"
 #include "broker/recovery.hpp"
 #include "broker/retention.hpp"
@@ -21,14 +22,6 @@ namespace st = storage;
 using st::column;
 
 namespace {
-
-error invalid(std::string message) {
-  return make_error(errc::invalid_argument, std::move(message));
-}
-
-error topic_not_found(std::string_view name) {
-  return make_error(errc::not_found, fmt::format("topic '{}' not found", name));
-}
 
 // Lease expiries and pending messages falling due, as one txn. A failed
 // read or write changes nothing: the timers go back to fire on the next tick.

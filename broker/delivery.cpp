@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "broker/errors.hpp"
 #include "broker/records.hpp"
 #include "broker/validation.hpp"
 
@@ -15,10 +16,6 @@ namespace st = storage;
 using st::column;
 
 namespace {
-
-error fenced(std::string message) {
-  return make_error(errc::failed_precondition, std::move(message));
-}
 
 millis backoff_of(const topic& t, const open_delivery& d) {
   return retry_delay(d.attempts, d.backoff_ms >= 0 ? d.backoff_ms : t.rec.settings.backoff_ms,
@@ -328,8 +325,7 @@ result<located> locate(core& c, const delivery_ref& ref, txn& tx) {
   ONCEQ_TRY(validate_label("group", ref.group));
   ONCEQ_TRY(validate_label("owner", ref.owner));
   auto* t = c.topics.find(ref.topic);
-  if (t == nullptr)
-    return make_error(errc::not_found, fmt::format("topic '{}' not found", ref.topic));
+  if (t == nullptr) return topic_not_found(ref.topic);
   if (ref.partition >= t->parts.size())
     return make_error(
         errc::invalid_argument,
@@ -373,16 +369,8 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
     auto k = key_table::live(c.store, d.scope, now);
     if (!k.ok() && k.code() != errc::not_found) return std::move(k).err();
     if (!k.ok()) {
-      st::key_record kr;
-      kr.state = st::key_state::failed;
-      kr.owner = d.owner;
-      kr.partition = pos.partition;
-      kr.offset = pos.offset;
-      kr.attempts = d.attempts;
-      kr.fencing_token = d.fencing_token;
-      auto ttl = key_ttl_of(t, d);
-      kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
-      tx.batch().put(column::keys, d.scope, st::encode(kr));
+      tx.batch().put(column::keys, d.scope,
+                     st::encode(key_record_of(t, d, pos, st::key_state::failed, now)));
     }
   }
   if (!d.scope.empty() && (nacked || was_leased)) {
@@ -467,6 +455,21 @@ void note_history(txn& tx, const topic& t, const std::string& scope, millis key_
   if (!t.rec.settings.key_history || scope.empty()) return;
   const millis expires = key_ttl == 0 ? 0 : ev.at_ms + key_ttl;
   tx.record(st::keys::history_of(scope), expires, std::move(ev));
+}
+
+st::key_record key_record_of(const topic& t, const open_delivery& d, position pos,
+                             st::key_state state, millis now) {
+  st::key_record kr;
+  kr.state = state;
+  kr.owner = d.owner;
+  kr.partition = pos.partition;
+  kr.offset = pos.offset;
+  kr.attempts = d.attempts;
+  kr.fencing_token = d.fencing_token;
+  if (state == st::key_state::committed) kr.committed_at_ms = now;
+  auto ttl = key_ttl_of(t, d);
+  kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
+  return kr;
 }
 
 std::int64_t max_attempts_of(const topic& t, const open_delivery& d) {

@@ -66,6 +66,12 @@ void note_history(txn& tx, const topic& t, const std::string& scope, millis key_
                   storage::history_event ev);
 
 std::int64_t max_attempts_of(const topic& t, const open_delivery& d);
+
+// The key record that d's delivery at pos leaves behind: committed by an ack
+// or failed by a nack or its last attempt; it expires after the message's
+// (or topic's) key TTL from now.
+storage::key_record key_record_of(const topic& t, const open_delivery& d, position pos,
+                                  storage::key_state state, millis now);
 millis key_ttl_of(const topic& t, const open_delivery& d);
 
 }  // namespace onceq

@@ -8,6 +8,7 @@
 #include "broker/broker.hpp"
 #include "broker/core.hpp"
 #include "broker/dedup.hpp"
+#include "broker/errors.hpp"
 #include "broker/key_source.hpp"
 #include "broker/key_table.hpp"
 #include "broker/retention.hpp"
@@ -19,10 +20,6 @@ namespace st = storage;
 using st::column;
 
 namespace {
-
-error invalid(std::string message) {
-  return make_error(errc::invalid_argument, std::move(message));
-}
 
 result<void> validate_message(const message_in& m, std::size_t i, std::size_t n,
                               std::size_t partitions, millis now, const broker_options& opts) {
@@ -238,8 +235,7 @@ result<std::int64_t> broker::redrive(const redrive_cmd& cmd) {
   ONCEQ_TRY(validate_range("max_messages", max, 1, std::numeric_limits<std::int64_t>::max()));
   max = std::min<std::int64_t>(max, static_cast<std::int64_t>(c.opts.max_batch) * 100);
   auto* tp = c.topics.find(cmd.topic);
-  if (tp == nullptr)
-    return make_error(errc::not_found, fmt::format("topic '{}' not found", cmd.topic));
+  if (tp == nullptr) return topic_not_found(cmd.topic);
   auto& t = *tp;
   ONCEQ_TRY(writable());
   auto* dlq = c.topics.find(std::string(k_dlq_prefix) + cmd.topic);

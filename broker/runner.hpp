@@ -15,7 +15,7 @@
 namespace onceq {
 
 struct runner_options {
-  std::size_t max_queue = 100'000;  // Default: commands waiting for the core before 429
+  std::size_t max_queue = 100'000;     // Default: commands waiting for the core before 429
   millis max_wait_ms = k_max_wait_ms;  // Default: longest long-poll (the API's limit)
 };
 

@@ -8,6 +8,7 @@
 #include "broker/broker.hpp"
 #include "broker/core.hpp"
 #include "broker/delivery.hpp"
+#include "broker/errors.hpp"
 #include "broker/validation.hpp"
 
 namespace onceq {
@@ -45,8 +46,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
     return make_error(errc::invalid_argument,
                       fmt::format("an ack carries 1..{} acks", c.opts.max_batch));
   ONCEQ_TRY(validate_topic_name(cmd.topic));
-  if (c.topics.find(cmd.topic) == nullptr)
-    return make_error(errc::not_found, fmt::format("topic '{}' not found", cmd.topic));
+  if (c.topics.find(cmd.topic) == nullptr) return topic_not_found(cmd.topic);
   ONCEQ_TRY(writable());
   const auto now = c.time.now_ms();
   std::vector<ack_outcome> out;
@@ -100,17 +100,10 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
             return reject_stale(*g, tx,
                                 "the message's idempotency key was committed by another delivery");
         }
-        st::key_record kr;
-        kr.state = st::key_state::committed;
-        kr.owner = cmd.owner;
-        kr.partition = pos.partition;
-        kr.offset = pos.offset;
-        kr.attempts = d.attempts;
-        kr.committed_at_ms = now;
-        auto ttl = key_ttl_of(*t, d);
-        kr.expires_at_ms = ttl == 0 ? 0 : now + ttl;
+        // d's owner is cmd.owner: check_holder passed.
+        st::key_record kr = key_record_of(*t, d, pos, st::key_state::committed, now);
         kr.result_json = a.result_json;
-        kr.fencing_token = d.fencing_token;
+        auto ttl = key_ttl_of(*t, d);
         tx.batch().put(column::keys, d.scope, st::encode(kr));
         committed.insert(d.scope);
         note_history(tx, *t, d.scope, ttl,
