@@ -13,8 +13,10 @@ build_dir="${BUILD_DIR:-build-asan}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
+# -O1 instead of Release's -O3 -DNDEBUG: the sanitizers find the same bugs,
+# the build is about twice as fast, and assert()s are on.
 BUILD_DIR="$build_dir" \
-  CMAKE_ARGS="-DONCEQ_SANITIZE=ON -DONCEQ_BUILD_BENCH=OFF ${CMAKE_ARGS:-}" \
+  CMAKE_ARGS="-DONCEQ_SANITIZE=ON -DONCEQ_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELEASE=-O1 ${CMAKE_ARGS:-}" \
   bash scripts/build.sh
 # The crash loops are left to the normal build's run: they count kills per
 # wall-clock second, and a sanitized onceqd starts several times slower, so
