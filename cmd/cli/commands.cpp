@@ -20,7 +20,7 @@ using json = nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr int k_max_batch = static_cast<int>(onceq::k_max_batch);  // the API's limit
-constexpr std::int64_t k_consume_batch = 100;  // messages per consume request
+constexpr std::int64_t k_consume_batch = 100;                      // messages per consume request
 constexpr std::int64_t k_follow_wait_ms = 5000;
 
 json parse_json_flag(const std::string& text, const char* flag) {

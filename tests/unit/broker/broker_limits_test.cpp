@@ -21,7 +21,8 @@ TEST_F(BrokerTest, BacklogMessageCapRefusesAWholeBatchWithARetryHint) {
   EXPECT_NE(r.err().message.find("max_backlog_messages"), std::string::npos);
   EXPECT_EQ(b().get_topic("t")->produced, 2u) << "nothing of the batch was stored";
   produce("t", "c");  // one more still fits
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("e")}, {}, {}, nullptr}).code(), errc::resource_exhausted);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("e")}, {}, {}, nullptr}).code(),
+            errc::resource_exhausted);
 }
 
 TEST_F(BrokerTest, BacklogFreesUpAsConsumersAckAndRetentionRuns) {
@@ -30,7 +31,8 @@ TEST_F(BrokerTest, BacklogFreesUpAsConsumersAckAndRetentionRuns) {
   create("t", 1, s);
   produce("t", "a");
   produce("t", "b");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("c")}, {}, {}, nullptr}).code(), errc::resource_exhausted);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("c")}, {}, {}, nullptr}).code(),
+            errc::resource_exhausted);
   for (const auto& d : consume("t", "g", "w")) ASSERT_TRUE(ack(d, "g", "w").ok());
   advance(1000);  // a retention run deletes what every group acked
   EXPECT_TRUE(b().produce(produce_cmd{"t", {msg("c")}, {}, {}, nullptr}).ok());

@@ -345,8 +345,7 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"POST /v1/nack", scope::consume},       {"POST /v1/extend", scope::consume},
       {"GET /v1/keys", scope::consume},        {"POST /v1/dlq/redrive", scope::admin},
       {"GET /metrics", scope::metrics},        {"GET /ui", scope::none},
-      {"GET /v1/openapi.json", scope::none},
-      {"GET /v1/keys/history", scope::consume},
+      {"GET /v1/openapi.json", scope::none},   {"GET /v1/keys/history", scope::consume},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {
