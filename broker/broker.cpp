@@ -61,6 +61,17 @@ void fire_timers(core& c, millis now) {
   for (const auto& tm : due) c.timers.push(tm);
 }
 
+// The topic a GET /v1/keys or /v1/keys/history names, after the checks
+// both share.
+result<topic*> topic_of_key_query(core& c, const key_query& q) {
+  ONCEQ_TRY(validate_topic_name(q.topic));
+  ONCEQ_TRY(validate_label("group", q.group));
+  if (q.key.empty()) return invalid("key must be a non-empty string");
+  auto* t = c.topics.find(q.topic);
+  if (t == nullptr) return topic_not_found(q.topic);
+  return t;
+}
+
 }  // namespace
 
 broker::broker(st::store& store, const clock& time, broker_options opts)
@@ -182,11 +193,9 @@ result<std::vector<delivery>> broker::consume(const consume_cmd& cmd) {
 
 result<key_info> broker::get_key(const key_query& q) {
   auto& c = *c_;
-  ONCEQ_TRY(validate_topic_name(q.topic));
-  ONCEQ_TRY(validate_label("group", q.group));
-  if (q.key.empty()) return invalid("key must be a non-empty string");
-  auto* t = c.topics.find(q.topic);
-  if (t == nullptr) return topic_not_found(q.topic);
+  auto found = topic_of_key_query(c, q);
+  if (!found.ok()) return std::move(found).err();
+  auto* t = *found;
   key_info info;
   auto* g = t->find_group(q.group);
   if (g == nullptr) return info;
@@ -230,11 +239,9 @@ result<key_info> broker::get_key(const key_query& q) {
 
 result<key_history> broker::get_key_history(const key_query& q) {
   auto& c = *c_;
-  ONCEQ_TRY(validate_topic_name(q.topic));
-  ONCEQ_TRY(validate_label("group", q.group));
-  if (q.key.empty()) return invalid("key must be a non-empty string");
-  auto* t = c.topics.find(q.topic);
-  if (t == nullptr) return topic_not_found(q.topic);
+  auto found = topic_of_key_query(c, q);
+  if (!found.ok()) return std::move(found).err();
+  auto* t = *found;
   if (!t->rec.settings.key_history)
     return make_error(
         errc::failed_precondition,
