@@ -99,11 +99,22 @@ int main(int argc, char** argv) {
     if (auto r = b.produce(pc); !r.ok()) fail("produce", r.err());
     std::int64_t acked = 0;
     while (acked < n) {
-      auto got = b.consume({"soak", "workers", "w1", std::nullopt, 1000});
+      onceq::consume_cmd cc;
+      cc.topic = "soak";
+      cc.group = "workers";
+      cc.owner = "w1";
+      cc.max_messages = 1000;
+      auto got = b.consume(cc);
       if (!got.ok()) fail("consume", got.err());
       if (got->empty()) break;
       onceq::ack_batch_cmd ac{"soak", "workers", "w1", {}};
-      for (auto& d : *got) ac.acks.push_back({d.partition, d.offset, d.attempts, {}});
+      for (auto& d : *got) {
+        onceq::ack_item a;
+        a.partition = d.partition;
+        a.offset = d.offset;
+        a.attempts = d.attempts;
+        ac.acks.push_back(std::move(a));
+      }
       auto r = b.ack_batch(ac);
       if (!r.ok()) fail("ack", r.err());
       acked += static_cast<std::int64_t>(got->size());
