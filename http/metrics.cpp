@@ -1,5 +1,6 @@
 #include "http/metrics.hpp"
 
+#include <chrono>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -15,34 +16,30 @@ void append_family(std::string& out, std::string_view name, std::string_view typ
   fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
-// One histogram series: cumulative _bucket lines (n bounds, then +Inf),
-// _sum and _count. labels: the series' own ("" or `route="x"`); bound(i):
-// the i-th upper bound in seconds; in_bucket(i): that bucket's count, not
-// cumulative (i == n: above every bound). _count is the +Inf bucket, so the
-// two always agree.
-template <class Bound, class InBucket>
+// One histogram series: cumulative _bucket lines (the bounds, then +Inf),
+// _sum and _count. labels: the series' own ("" or `route="x"`). _count is
+// the +Inf bucket, so the two always agree.
 void append_histogram(std::string& out, std::string_view name, std::string_view labels,
-                      std::size_t n, Bound bound, InBucket in_bucket, double sum_seconds) {
+                      const latency_snapshot& h) {
   auto it = std::back_inserter(out);
   const std::string_view sep = labels.empty() ? "" : ",";
   std::uint64_t cumulative = 0;
-  for (std::size_t b = 0; b < n; ++b) {
-    cumulative += in_bucket(b);
-    fmt::format_to(it, "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bound(b), cumulative);
+  for (std::size_t b = 0; b < latency_snapshot::k_bounds_ns.size(); ++b) {
+    cumulative += h.buckets[b];
+    fmt::format_to(it, "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep,
+                   static_cast<double>(latency_snapshot::k_bounds_ns[b]) / 1e9, cumulative);
   }
-  cumulative += in_bucket(n);
+  cumulative += h.buckets.back();
   fmt::format_to(it, "{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);
   const std::string braced = labels.empty() ? std::string() : fmt::format("{{{}}}", labels);
-  fmt::format_to(it, "{}_sum{} {}\n{}_count{} {}\n", name, braced, sum_seconds, name, braced,
-                 cumulative);
+  fmt::format_to(it, "{}_sum{} {}\n{}_count{} {}\n", name, braced,
+                 static_cast<double>(h.sum_ns) / 1e9, name, braced, cumulative);
 }
 
 }  // namespace
 
 struct http_metrics::series {
-  std::array<std::atomic<std::uint64_t>, k_buckets.size() + 1> buckets{};  // last: +Inf
-  std::atomic<std::uint64_t> count{0};
-  std::atomic<std::uint64_t> sum_ns{0};
+  latency_histogram latency;
   std::array<std::atomic<std::uint64_t>, k_status_slots> statuses{};
 };
 
@@ -54,16 +51,12 @@ http_metrics::~http_metrics() = default;
 void http_metrics::observe(std::size_t route, double seconds, unsigned status) noexcept {
   if (route >= labels_.size()) return;
   series& s = series_[route];
-  std::size_t b = 0;
-  while (b < k_buckets.size() && seconds > k_buckets[b]) ++b;
-  s.buckets[b].fetch_add(1, std::memory_order_relaxed);
-  s.count.fetch_add(1, std::memory_order_relaxed);
-  s.sum_ns.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  s.latency.observe(std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9)));
   if (status < k_status_slots) s.statuses[status].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::uint64_t http_metrics::count(std::size_t route) const noexcept {
-  return route < labels_.size() ? series_[route].count.load(std::memory_order_relaxed) : 0;
+  return route < labels_.size() ? series_[route].latency.count() : 0;
 }
 
 void http_metrics::render(std::string& out) const {
@@ -72,13 +65,9 @@ void http_metrics::render(std::string& out) const {
   append_family(out, "onceq_http_request_duration_seconds", "histogram",
                 "Time from a complete request to its answer, per route.");
   for (std::size_t r = 0; r < labels_.size(); ++r) {
-    const series& s = series_[r];
-    append_histogram(
-        out, "onceq_http_request_duration_seconds",
-        fmt::format("route=\"{}\"", escape_label(labels_[r])), k_buckets.size(),
-        [](std::size_t b) { return k_buckets[b]; },
-        [&s](std::size_t b) { return s.buckets[b].load(std::memory_order_relaxed); },
-        static_cast<double>(s.sum_ns.load(std::memory_order_relaxed)) / 1e9);
+    append_histogram(out, "onceq_http_request_duration_seconds",
+                     fmt::format("route=\"{}\"", escape_label(labels_[r])),
+                     series_[r].latency.snapshot());
   }
   append_family(out, "onceq_http_responses_total", "counter",
                 "Responses sent, per route and status code.");
@@ -238,13 +227,9 @@ void render_connection_metrics(std::string& out, const connection_stats& s) {
 }
 
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {
-  using storage::sync_stats;
   append_family(out, "onceq_wal_sync_duration_seconds", "histogram",
                 "Time of each WAL sync (fsync) that had new writes to cover.");
-  append_histogram(
-      out, "onceq_wal_sync_duration_seconds", "", sync_stats::k_bounds_ns.size(),
-      [](std::size_t b) { return static_cast<double>(sync_stats::k_bounds_ns[b]) / 1e9; },
-      [&s](std::size_t b) { return s.buckets[b]; }, static_cast<double>(s.sum_ns) / 1e9);
+  append_histogram(out, "onceq_wal_sync_duration_seconds", "", s);
   append_family(out, "onceq_wal_sync_waiters_total", "counter",
                 "Durability callbacks (one per round of the core thread) released by WAL syncs.");
   fmt::format_to(std::back_inserter(out), "onceq_wal_sync_waiters_total {}\n", s.waiters);

@@ -33,15 +33,12 @@ struct connection_stats {
 // Appends onceq_connections_* and onceq_http_header_timeouts_total.
 void render_connection_metrics(std::string& out, const connection_stats& s);
 
-// Request latency and status counts per route label. observe() is
+// Request latency (storage/base/histogram.hpp's buckets) and status counts
+// per route label. observe() is
 // lock-free and may be called from any thread; render() reads a snapshot
 // that is consistent per bucket (not across buckets).
 class http_metrics {
  public:
-  // Upper bounds of the latency buckets, in seconds (+Inf is implied).
-  static constexpr std::array<double, 14> k_buckets = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
-
   // labels: one per route (index = the id passed to observe()).
   explicit http_metrics(std::vector<std::string> labels);
   ~http_metrics();

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The .deb of cpack installs and starts: build it from BUILD_DIR, check its
-# control fields and files, unpack it with dpkg-deb -x into a temp dir (no
-# root needed, the system is not touched), run the unit's ExecStart command
-# line with the unpacked binary, a temp data dir and an ephemeral port, and
-# check GET /v1/healthz answers 200. Every Depends package must already be
-# installed here, so a dpkg -i of the same file would succeed too.
+# control fields, install it with `dpkg -i` into a private root (dpkg
+# --root: its own file tree and package database, the database seeded
+# with this machine's, so dpkg checks Depends against what is really
+# installed here and the system itself is not touched), check dpkg lists
+# it as installed with its files, run the unit's ExecStart command line
+# with the installed binary, a temp data dir and an ephemeral port, check
+# GET /v1/healthz answers 200, then `dpkg -r` it and check its files are
+# gone.
 # Exits 77 (skip) without cpack, dpkg-deb, dpkg-shlibdeps or curl.
 set -euo pipefail
 build="${1:?usage: deb_test.sh BUILD_DIR}"
-for tool in cpack dpkg-deb dpkg-query dpkg-shlibdeps curl timeout; do
+for tool in cpack dpkg dpkg-deb dpkg-query dpkg-shlibdeps curl timeout; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIP: $tool is not installed (scripts/deps.sh installs it)"
     exit 77
@@ -39,8 +42,18 @@ for p in $(echo "$depends" | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/ //g'
     || { echo "FAIL: Depends on $p, which is not installed"; exit 1; }
 done
 
+# dpkg -i into $root. --force-not-root: dpkg does not need root to write
+# under $root; the package has no maintainer scripts to chroot into it.
 root="$tmp/root"
-dpkg-deb -x "$deb" "$root"
+mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates"
+cp /var/lib/dpkg/status "$root/var/lib/dpkg/status"
+: >"$root/var/lib/dpkg/available"
+rootdpkg() { dpkg --root="$root" --force-not-root --log=/dev/null "$@"; }
+rootdpkg -i "$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; echo "FAIL: dpkg -i"; exit 1; }
+rootdpkg -s onceq | grep -qx "Status: install ok installed" \
+  || { rootdpkg -s onceq; echo "FAIL: dpkg does not list onceq as installed"; exit 1; }
+rootdpkg -L onceq | grep -qx /usr/bin/onceqd || { echo "FAIL: dpkg -L lacks /usr/bin/onceqd"; exit 1; }
+echo "dpkg -i: $(rootdpkg -s onceq | sed -n 's/^Version: //p') installed into a private root"
 for f in usr/bin/onceqd usr/bin/onceq lib/systemd/system/onceqd.service \
          usr/share/doc/onceq/OPERATIONS.md usr/share/doc/onceq/examples/onceqd.toml; do
   [ -e "$root/usr/$f" ] || [ -e "$root/$f" ] || { echo "FAIL: the .deb lacks $f"; exit 1; }
@@ -51,7 +64,7 @@ for line in "StateDirectory=onceq" "Restart=on-failure" "LimitNOFILE=65536" "Use
   grep -qx "$line" "$unit" || { echo "FAIL: the unit lacks $line"; exit 1; }
 done
 
-# The unit's command line, with the unpacked binary, our data dir and port 0.
+# The unit's command line, with the installed binary, our data dir and port 0.
 exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
 echo "ExecStart: $exec_start"
 read -r -a argv <<<"$exec_start"
@@ -81,4 +94,8 @@ status=0
 wait "$pid" || status=$?
 pid=""
 [ "$status" = 0 ] || { cat "$tmp/stderr"; echo "FAIL: exit $status after SIGTERM"; exit 1; }
-echo "ok: the .deb's onceqd answered /v1/healthz 200 on port $port and stopped cleanly"
+
+rootdpkg -r onceq >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; echo "FAIL: dpkg -r"; exit 1; }
+[ ! -e "$root/usr/bin/onceqd" ] || { echo "FAIL: dpkg -r left /usr/bin/onceqd"; exit 1; }
+echo "ok: dpkg -i installed the .deb, its onceqd answered /v1/healthz 200 on port $port and" \
+  "stopped cleanly, and dpkg -r removed it"

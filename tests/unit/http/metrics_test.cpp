@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace onceq::http {
 namespace {
 
@@ -97,6 +100,31 @@ TEST(MetricsTest, WalSyncFamilies) {
   EXPECT_TRUE(has_line(out, "onceq_wal_sync_duration_seconds_count 5"));
   EXPECT_TRUE(has_line(out, "# TYPE onceq_wal_sync_waiters_total counter"));
   EXPECT_TRUE(has_line(out, "onceq_wal_sync_waiters_total 12"));
+}
+
+// The HTTP and WAL histograms are one type: the same bucket bounds, in
+// the same order, rendered the same way.
+TEST(MetricsTest, HttpAndWalHistogramsShareTheirBuckets) {
+  auto bounds = [](const std::string& text, const std::string& prefix) {
+    std::vector<std::string> les;
+    for (std::size_t at = text.find(prefix); at != std::string::npos;
+         at = text.find(prefix, at + 1)) {
+      const auto le = text.find("le=\"", at) + 4;
+      les.push_back(text.substr(le, text.find('"', le) - le));
+    }
+    return les;
+  };
+  http_metrics m({"/v1/produce"});
+  std::string http_out;
+  m.render(http_out);
+  std::string wal_out;
+  render_wal_sync_metrics(wal_out, storage::sync_stats{});
+  const auto http_les = bounds(http_out, "onceq_http_request_duration_seconds_bucket{");
+  const auto wal_les = bounds(wal_out, "onceq_wal_sync_duration_seconds_bucket{");
+  ASSERT_EQ(http_les.size(), latency_snapshot::k_bounds_ns.size() + 1);
+  EXPECT_EQ(http_les, wal_les);
+  EXPECT_EQ(http_les.front(), "5e-05");
+  EXPECT_EQ(http_les.back(), "+Inf");
 }
 
 TEST(MetricsTest, EscapeLabel) {
