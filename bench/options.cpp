@@ -21,6 +21,8 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
   --messages N                   unique messages per run (200000)
   --single-messages N            messages for one-per-request produce (messages/4)
   --producers N --consumers N    threads, one connection each (4, 4)
+  --single-producers N           producers of the one-per-request run (64): the
+                                 webhook shape, many connections, one message each
   --batch N                      produce batch size and consume max (100)
   --rate N --rate-seconds S      W3 fixed-rate run (10000 msg/s for 5 s; 0 skips)
   --rate-batch N                 messages per produce call in the fixed-rate run (10)
@@ -126,6 +128,9 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.messages) && o.messages > 0;
     } else if (flag == "--single-messages") {
       ok = parse_number(value, o.single_messages);
+    } else if (flag == "--single-producers") {
+      ok = parse_number(value, o.single_producers) && o.single_producers > 0 &&
+           o.single_producers <= 256;
     } else if (flag == "--producers") {
       ok = parse_number(value, o.producers) && o.producers > 0 && o.producers <= 256;
     } else if (flag == "--consumers") {

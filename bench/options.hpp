@@ -28,6 +28,7 @@ struct bench_options {
   std::size_t messages = 200000;    // Default: 200000 unique messages per run
   std::size_t single_messages = 0;  // Default: 0 = messages / 4 (one per request)
   int producers = 4;                // Default: 4
+  int single_producers = 64;        // Default: 64 (w1-single's connections)
   int consumers = 4;                // Default: 4
   std::size_t batch = 100;          // Default: 100 (produce batch and consume max)
   std::size_t rate = 10000;         // Default: 10000 msg/s for W3's fixed-rate run; 0 = skip

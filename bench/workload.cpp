@@ -330,7 +330,8 @@ std::string describe(workload_kind k, const bench_options& o) {
     case workload_kind::w1_batch:
       return fmt::format("W1 produce only, {} producers, batches of {}", o.producers, o.batch);
     case workload_kind::w1_single:
-      return fmt::format("W1 produce only, {} producers, one message per request", o.producers);
+      return fmt::format("W1 produce only, {} producers, one message per request",
+                         o.single_producers);
     case workload_kind::w2_drain:
       return fmt::format("W2 drain a backlog, {} consumers, fetch/ack batches of {}", o.consumers,
                          o.batch);
@@ -443,7 +444,9 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       if (st.produced_unique.load() < n) throw std::runtime_error("preload did not finish in time");
     }
 
-    const int producers = kind == workload_kind::w2_drain ? 0 : o.producers;
+    const int producers = kind == workload_kind::w2_drain    ? 0
+                          : kind == workload_kind::w1_single ? o.single_producers
+                                                             : o.producers;
     const int consumers = produce_only ? 0 : o.consumers;
     phase run(drv, s, o, st, producers, pp, consumers, cp);
     const process_usage before = drv.process().usage();
