@@ -21,6 +21,9 @@ struct runner::waiter {
   consume_cmd cmd;
   steady::time_point deadline;
   std::function<void(result<std::vector<delivery>>)> done;
+  // The command wrote before it parked (acks carried on the consume): its
+  // empty answer too waits for durability.
+  bool wrote = false;
 };
 
 struct runner::key_waiter {
@@ -114,14 +117,46 @@ void runner::consume(consume_cmd cmd, millis wait_ms,
   auto w = std::make_shared<waiter>(
       waiter{std::move(cmd), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
   auto rej = [w](error e) { w->done(std::move(e)); };
+  post_job([this, w, wait_ms](broker& b) { consume_now(b, w, wait_ms); }, std::move(rej));
+}
+
+void runner::consume_now(broker& b, std::shared_ptr<waiter> w, millis wait_ms) {
+  auto r = b.consume(w->cmd);
+  if (r.ok() && r->empty() && wait_ms > 0) {
+    waiters_.push_back(std::move(w));
+    return;
+  }
+  if (w->wrote && r.ok()) {
+    answer_when_durable(std::move(r), std::move(w->done));
+  } else {
+    answer_durable(std::move(r), std::move(w->done));
+  }
+}
+
+void runner::consume_after_acks(ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
+                                std::function<void(result<acked_consume>)> done) {
+  wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
+  auto shared_done = std::make_shared<std::function<void(result<acked_consume>)>>(std::move(done));
+  auto rej = [shared_done](error e) { (*shared_done)(std::move(e)); };
   post_job(
-      [this, w, wait_ms](broker& b) {
-        auto r = b.consume(w->cmd);
-        if (r.ok() && r->empty() && wait_ms > 0) {
-          waiters_.push_back(w);
+      [this, acks = std::move(acks), cmd = std::move(cmd), wait_ms,
+       shared_done](broker& b) mutable {
+        auto acked = b.ack_batch(acks);
+        if (!acked.ok()) {
+          (*shared_done)(std::move(acked).err());
           return;
         }
-        answer_durable(std::move(r), std::move(w->done));
+        auto w = std::make_shared<waiter>(waiter{
+            std::move(cmd), steady::now() + std::chrono::milliseconds(wait_ms),
+            [outcomes = std::move(*acked), shared_done](result<std::vector<delivery>> r) mutable {
+              if (!r.ok()) {
+                (*shared_done)(std::move(r).err());
+                return;
+              }
+              (*shared_done)(acked_consume{std::move(outcomes), std::move(*r)});
+            },
+            true});
+        consume_now(b, std::move(w), wait_ms);
       },
       std::move(rej));
 }
@@ -196,7 +231,12 @@ void runner::loop() {
           }
         }
         if (w->deadline <= now) {
-          w->done(std::vector<delivery>{});
+          if (w->wrote) {
+            answer_when_durable(result<std::vector<delivery>>(std::vector<delivery>{}),
+                                std::move(w->done));
+          } else {
+            w->done(std::vector<delivery>{});
+          }
           continue;
         }
         keep.push_back(std::move(w));

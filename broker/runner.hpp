@@ -70,6 +70,22 @@ class runner {
   void consume(consume_cmd cmd, millis wait_ms,
                std::function<void(result<std::vector<delivery>>)> done);
 
+  // What consume_after_acks answers: the acks' outcomes (as ack_batch's)
+  // and the deliveries (as consume's).
+  struct acked_consume {
+    std::vector<ack_outcome> acks;
+    std::vector<delivery> deliveries;
+  };
+  // Acks the previous batch and consumes the next in one core job, so that
+  // one durable round trip serves a consumer's whole cycle (docs/API.md,
+  // "Acks carried on the next consume"). The acks run first, exactly as
+  // ack_batch; then the consume, exactly as consume(). The answer waits
+  // until both are durable, an empty one after a long-poll too. An ack
+  // batch that fails as a whole (unknown topic, storage refusing writes)
+  // answers that error and consumes nothing.
+  void consume_after_acks(ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
+                          std::function<void(result<acked_consume>)> done);
+
   // get_key, and if wait_ms > 0 and the key is not committed, park until it
   // is committed or wait_ms passes (then answer its state as it is).
   void wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done);
@@ -113,6 +129,8 @@ class runner {
 
   struct waiter;
   struct key_waiter;
+  // Core thread: consume for w now, or park it (wait_ms > 0, nothing yet).
+  void consume_now(broker& b, std::shared_ptr<waiter> w, millis wait_ms);
 
   broker& broker_;
   storage::store& store_;

@@ -112,6 +112,82 @@ TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
   EXPECT_EQ(k->result_json, R"({"id":1})");
 }
 
+// Acks carried on the next consume: the previous batch is acked and the
+// next one delivered by one command.
+TEST_F(RunnerTest, ConsumeAfterAcksAcksThenDelivers) {
+  ASSERT_TRUE(produce("one", "k-1").ok());
+  ASSERT_TRUE(produce("two").ok());
+  std::promise<result<std::vector<delivery>>> cp;
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}, 0,
+                  [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
+  auto first = cp.get_future().get();
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 1u);
+
+  ack_batch_cmd acks{"t", "g", "o", {}};
+  ack_item done;
+  done.partition = (*first)[0].partition;
+  done.offset = (*first)[0].offset;
+  done.result_json = R"({"ok":true})";
+  ack_item never;  // an offset never delivered: refused on its own
+  never.offset = 99;
+  acks.acks = {done, never};
+  std::promise<result<runner::acked_consume>> ap;
+  runner_.consume_after_acks(
+      acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
+      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
+  auto both = ap.get_future().get();
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->acks.size(), 2u);
+  EXPECT_EQ(both->acks[0].code, errc::ok);
+  EXPECT_EQ(both->acks[1].code, errc::failed_precondition);
+  ASSERT_EQ(both->deliveries.size(), 1u);
+  EXPECT_EQ(both->deliveries[0].value, "two");
+
+  auto key = call<key_info>([](broker& b) { return b.get_key(key_query{"t", "g", "k-1", {}}); });
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->st, key_info::state::committed);
+  EXPECT_EQ(key->result_json, R"({"ok":true})");
+}
+
+TEST_F(RunnerTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
+  ASSERT_TRUE(produce("only").ok());
+  std::promise<result<std::vector<delivery>>> cp;
+  runner_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}, 0,
+                  [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
+  auto first = cp.get_future().get();
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 1u);
+  ack_batch_cmd acks{"t", "g", "o", {}};
+  ack_item a;
+  a.partition = (*first)[0].partition;
+  a.offset = (*first)[0].offset;
+  acks.acks = {a};
+  std::promise<result<runner::acked_consume>> ap;
+  auto af = ap.get_future();
+  runner_.consume_after_acks(
+      acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 50,
+      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
+  ASSERT_EQ(af.wait_for(5s), std::future_status::ready);
+  auto both = af.get();
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->acks.size(), 1u);
+  EXPECT_EQ(both->acks[0].code, errc::ok);
+  EXPECT_TRUE(both->deliveries.empty());
+}
+
+TEST_F(RunnerTest, ConsumeAfterAcksOnAnUnknownTopicConsumesNothing) {
+  ack_batch_cmd acks{"missing", "g", "o", {}};
+  acks.acks = {ack_item{}};
+  std::promise<result<runner::acked_consume>> ap;
+  runner_.consume_after_acks(
+      acks, consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
+      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
+  auto f = ap.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_FALSE(f.get().ok());
+}
+
 TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
@@ -199,6 +275,53 @@ TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].value, "v");
+  r.stop();
+}
+
+// The acks carried on a consume are durable before the answer says so,
+// even when the consume finds nothing and answers empty after its wait.
+TEST(RunnerDurability, AckedEmptyConsumeWaitsForTheSync) {
+  system_clock clock;
+  gated_store store;
+  broker b(store, clock);
+  ASSERT_TRUE(b.recover().ok());
+  runner r(b, store, clock);
+  r.start();
+  std::promise<result<produce_reply>> pp;
+  r.execute<produce_reply>(
+      [](broker& br) -> result<produce_reply> {
+        ONCEQ_TRY(br.create_topic({"t", 1, {}}));
+        message_in m;
+        m.value = "v";
+        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+      },
+      [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
+  ASSERT_TRUE(pp.get_future().get().ok());
+  std::promise<result<std::vector<delivery>>> cp;
+  r.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
+            [&cp](result<std::vector<delivery>> x) { cp.set_value(std::move(x)); });
+  auto got = cp.get_future().get();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+
+  store.hold();
+  ack_batch_cmd acks{"t", "g", "o", {}};
+  ack_item a;
+  a.partition = (*got)[0].partition;
+  a.offset = (*got)[0].offset;
+  acks.acks = {a};
+  std::promise<result<runner::acked_consume>> ap;
+  auto af = ap.get_future();
+  r.consume_after_acks(acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 20,
+                       [&ap](result<runner::acked_consume> x) { ap.set_value(std::move(x)); });
+  EXPECT_EQ(af.wait_for(300ms), std::future_status::timeout) << "answered before durable";
+  store.release();
+  ASSERT_EQ(af.wait_for(5s), std::future_status::ready);
+  auto both = af.get();
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->acks.size(), 1u);
+  EXPECT_EQ(both->acks[0].code, errc::ok);
+  EXPECT_TRUE(both->deliveries.empty());
   r.stop();
 }
 
