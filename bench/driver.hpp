@@ -15,6 +15,15 @@
 
 namespace onceq::bench {
 
+// How consumers fetch and ack.
+enum class consume_mode {
+  batch,      // fetch a batch (long-poll), then ack it: two round trips per cycle
+  piggyback,  // the acks ride on the next fetch: onceq's consume `acks`, Redis
+              // XACK pipelined with XREADGROUP; JetStream acks asynchronously
+              // anyway, so its row is its batch row
+  stream,     // onceq's streaming consume (no max_messages); others: not run
+};
+
 // The per-run names and settings every driver needs. Each run uses a fresh
 // server, so names only have to be unique within it.
 struct run_setup {
@@ -25,6 +34,7 @@ struct run_setup {
   int consumers = 1;
   std::size_t batch = 100;
   int wait_ms = 100;
+  consume_mode mode = consume_mode::batch;
 };
 
 // One producer connection. Used by one thread at a time.
@@ -49,8 +59,13 @@ class consumer {
                                                      std::chrono::milliseconds wait) = 0;
   // Acks the messages at `which` (indices into the last fetch) and returns,
   // per index, whether the server accepted the ack (a stale or superseded
-  // delivery may be refused). Returns after the server has answered.
+  // delivery may be refused). Returns after the server has answered, except
+  // in consume_mode::piggyback: there the acks go out with the next fetch
+  // (or flush()), this returns all accepted, and a refusal found then
+  // throws.
   virtual std::vector<char> ack(std::span<const std::size_t> which) = 0;
+  // Sends acks still held (piggyback), waiting for the answer.
+  virtual void flush() {}
 };
 
 // Outcome of reading back committed keys (onceq only: GET /v1/keys).
@@ -71,6 +86,14 @@ class system_driver {
   virtual std::string setting(durability d) const = 0;
   // False (with the reason) when this server cannot run at `d`.
   virtual bool supports(durability d, std::string& why) = 0;
+  // False (with the reason) when it has no such consume mode.
+  virtual bool supports(consume_mode m, std::string& why) {
+    if (m == consume_mode::stream) {
+      why = "no streaming consume";
+      return false;
+    }
+    return true;
+  }
   // Server version, for the report.
   virtual std::string version() = 0;
 

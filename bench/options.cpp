@@ -14,9 +14,11 @@ namespace {
 constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
   --systems onceq,nats,redis     systems to drive
   --workloads w1,w2,w3,w4        w1 produce only (batched + one per request),
-                                 w2 drain a backlog, w3 produce+consume (plus a
-                                 fixed-rate run), w4 = w3 with duplicates and
-                                 unacked deliveries
+                                 w2 drain a backlog (batch fetch + ack, acks
+                                 carried on the next fetch, streaming consume),
+                                 w3 produce+consume (plus a fixed-rate run on a
+                                 fresh server and one after --history messages),
+                                 w4 = w3 with duplicates and unacked deliveries
   --durability synced,default    durability levels
   --messages N                   unique messages per run (200000)
   --single-messages N            messages for one-per-request produce (messages/4)
@@ -26,6 +28,9 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
   --batch N                      produce batch size and consume max (100)
   --rate N --rate-seconds S      W3 fixed-rate run (10000 msg/s for 5 s; 0 skips)
   --rate-batch N                 messages per produce call in the fixed-rate run (10)
+  --history N                    messages moved through the server (untimed
+                                 produce+consume+ack) before w3-rate-aged (1000000;
+                                 0 skips that row)
   --payload BYTES                payload size (256, min 32)
   --partitions N                 onceq topic partitions (4)
   --duplicates R --no-ack R      W4 ratios (0.1, 0.1)
@@ -128,6 +133,8 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.messages) && o.messages > 0;
     } else if (flag == "--single-messages") {
       ok = parse_number(value, o.single_messages);
+    } else if (flag == "--history") {
+      ok = parse_number(value, o.history);
     } else if (flag == "--single-producers") {
       ok = parse_number(value, o.single_producers) && o.single_producers > 0 &&
            o.single_producers <= 256;

@@ -34,6 +34,7 @@ struct bench_options {
   std::size_t rate = 10000;         // Default: 10000 msg/s for W3's fixed-rate run; 0 = skip
   double rate_seconds = 5.0;        // Default: 5 s at the fixed rate
   std::size_t rate_batch = 10;      // Default: 10 messages per produce call at the fixed rate
+  std::size_t history = 1'000'000;  // Default: messages through the server before w3-rate-aged
   std::size_t payload = 256;        // Default: 256 bytes
   int partitions = 4;               // Default: 4 (onceq topic partitions)
   double duplicate_ratio = 0.10;    // Default: 10% duplicate produces in W4

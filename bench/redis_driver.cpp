@@ -110,6 +110,14 @@ class redis_consumer final : public consumer {
 
   const std::vector<std::string_view>& fetch(std::size_t max,
                                              std::chrono::milliseconds wait) override {
+    // Piggyback: the previous batch's XACK goes out in the same write as
+    // this fetch's first command, and its reply is read first (one round
+    // trip), as a Redis client pipelines them.
+    if (!held_.empty()) {
+      std::vector<std::string_view> args{"XACK", setup_.topic, setup_.group};
+      for (const auto& id : held_) args.push_back(id);
+      conn_.append(args);
+    }
     payloads_.clear();
     ids_.clear();
     reply_.reset();
@@ -118,7 +126,7 @@ class redis_consumer final : public consumer {
     if (now - last_claim_ >= std::chrono::milliseconds(setup_.lease_ms / 2)) {
       last_claim_ = now;
       // Entries another consumer received but never acked, idle for a lease.
-      reply_ = conn_.command(
+      reply_ = roundtrip(
           {"XAUTOCLAIM", setup_.topic, setup_.group, name_, lease_ms_, "0-0", "COUNT", count});
       if (reply_->type == REDIS_REPLY_ARRAY && reply_->elements >= 2)
         read_entries(reply_->element[1]);
@@ -127,8 +135,8 @@ class redis_consumer final : public consumer {
       if (!payloads_.empty()) return payloads_;
     }
     const std::string block = std::to_string(wait.count());
-    reply_ = conn_.command({"XREADGROUP", "GROUP", setup_.group, name_, "COUNT", count, "BLOCK",
-                            block, "STREAMS", setup_.topic, ">"});
+    reply_ = roundtrip({"XREADGROUP", "GROUP", setup_.group, name_, "COUNT", count, "BLOCK", block,
+                        "STREAMS", setup_.topic, ">"});
     // [[stream, [[id, [field, value, ...]], ...]]] or nil on timeout.
     if (reply_->type == REDIS_REPLY_ARRAY && reply_->elements >= 1) {
       const redisReply* stream = reply_->element[0];
@@ -140,13 +148,42 @@ class redis_consumer final : public consumer {
 
   std::vector<char> ack(std::span<const std::size_t> which) override {
     if (which.empty()) return {};
+    if (setup_.mode == consume_mode::piggyback) {
+      for (const auto i : which) held_.emplace_back(ids_.at(i));
+      return std::vector<char>(which.size(), 1);
+    }
     std::vector<std::string_view> args{"XACK", setup_.topic, setup_.group};
     for (const auto i : which) args.push_back(ids_.at(i));
     conn_.command(args);
     return std::vector<char>(which.size(), 1);
   }
 
+  void flush() override {
+    if (held_.empty()) return;
+    std::vector<std::string_view> args{"XACK", setup_.topic, setup_.group};
+    for (const auto& id : held_) args.push_back(id);
+    check_acked(conn_.command(args), held_.size());
+    held_.clear();
+  }
+
  private:
+  // One command; first the reply of a held XACK appended before it.
+  reply_ptr roundtrip(const std::vector<std::string_view>& args) {
+    conn_.append(args);
+    if (!held_.empty()) {
+      check_acked(conn_.next("XACK"), held_.size());
+      held_.clear();
+    }
+    return conn_.next(args[0]);
+  }
+
+  static void check_acked(const reply_ptr& r, std::size_t n) {
+    if (r->type != REDIS_REPLY_INTEGER || static_cast<std::size_t>(r->integer) != n) {
+      throw std::runtime_error(fmt::format("redis XACK: {} of {} acked",
+                                           r->type == REDIS_REPLY_INTEGER ? r->integer : -1, n));
+    }
+  }
+
   void read_entries(const redisReply* entries) {
     if (entries->type != REDIS_REPLY_ARRAY) return;
     for (std::size_t i = 0; i < entries->elements; ++i) {
@@ -172,6 +209,7 @@ class redis_consumer final : public consumer {
   reply_ptr reply_;
   std::vector<std::string_view> payloads_;
   std::vector<std::string_view> ids_;
+  std::vector<std::string> held_;  // piggyback: ids acked with the next fetch
 };
 
 class redis_driver final : public system_driver {

@@ -27,9 +27,12 @@ constexpr std::size_t k_keys_to_check = 1000;
 // Everything the threads of one run share. Counters are relaxed atomics:
 // they are read for progress and after the threads have joined.
 struct shared_run {
-  explicit shared_run(std::size_t n_) : n(n_), counts(n_) {}
+  explicit shared_run(std::size_t n_, std::uint64_t base = 0) : n(n_), seq_base(base), counts(n_) {}
 
   const std::size_t n;  // unique work items
+  // Work item i has seq seq_base + i: a history phase uses other keys than
+  // the measured one on the same server.
+  const std::uint64_t seq_base;
   std::uint64_t deadline_ns = 0;
 
   std::atomic<std::size_t> next_seq{0};
@@ -120,7 +123,7 @@ void producer_loop(system_driver& drv, const run_setup& s, const bench_options& 
       }
       std::size_t used = 0;
       for (std::size_t i = 0; i < count; ++i)
-        make_message(msgs[used++], first + i, sent_ns, o.payload);
+        make_message(msgs[used++], st.seq_base + first + i, sent_ns, o.payload);
       std::size_t dups = 0;
       if (plan.duplicate_ratio > 0 && !history.empty()) {
         for (std::size_t i = 0; i < count; ++i) {
@@ -131,7 +134,7 @@ void producer_loop(system_driver& drv, const run_setup& s, const bench_options& 
           const unsigned variant =
               duplicates_made % 2 == 0 ? 0u : static_cast<unsigned>(duplicates_made);
           ++duplicates_made;
-          make_message(msgs[used++], seq, sent_ns, o.payload, variant);
+          make_message(msgs[used++], st.seq_base + seq, sent_ns, o.payload, variant);
           ++dups;
         }
       }
@@ -184,11 +187,12 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
       to_ack.clear();
       heads.clear();
       for (std::size_t i = 0; i < payloads.size(); ++i) {
-        const auto h = parse_payload(payloads[i]);
-        if (!h || h->seq >= st.n) {
+        auto h = parse_payload(payloads[i]);
+        if (!h || h->seq < st.seq_base || h->seq - st.seq_base >= st.n) {
           throw std::runtime_error(
               fmt::format("unexpected payload '{}'", payloads[i].substr(0, 40)));
         }
+        h->seq -= st.seq_base;
         if (plan.no_ack_ratio > 0 && coin(rng) < plan.no_ack_ratio) {
           ++st.not_acked;  // this consumer "crashes" on it: no ack, no nack
           continue;
@@ -214,6 +218,7 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
         }
       }
     }
+    c->flush();  // acks still held (piggyback)
   } catch (const std::exception& e) {
     st.fail(fmt::format("consumer {}: {}", index, e.what()));
   }
@@ -315,10 +320,16 @@ std::string_view id_of(workload_kind k) {
       return "w1-single";
     case workload_kind::w2_drain:
       return "w2-drain";
+    case workload_kind::w2_piggyback:
+      return "w2-piggyback";
+    case workload_kind::w2_stream:
+      return "w2-stream";
     case workload_kind::w3_e2e:
       return "w3-e2e";
     case workload_kind::w3_rate:
       return "w3-rate";
+    case workload_kind::w3_rate_aged:
+      return "w3-rate-aged";
     case workload_kind::w4_faults:
       return "w4-faults";
   }
@@ -335,6 +346,14 @@ std::string describe(workload_kind k, const bench_options& o) {
     case workload_kind::w2_drain:
       return fmt::format("W2 drain a backlog, {} consumers, fetch/ack batches of {}", o.consumers,
                          o.batch);
+    case workload_kind::w2_piggyback:
+      return fmt::format(
+          "W2 with each batch's acks carried on the next fetch (onceq: consume `acks`; Redis: "
+          "XACK pipelined with XREADGROUP; JetStream: its asynchronous acks, as in w2-drain)");
+    case workload_kind::w2_stream:
+      return fmt::format(
+          "W2 through onceq's streaming consume (no max_messages), acks in batches of up to {}",
+          o.batch);
     case workload_kind::w3_e2e:
       return fmt::format("W3 produce+consume ({}p batches of {}, {}c), end-to-end", o.producers,
                          o.batch, o.consumers);
@@ -343,6 +362,11 @@ std::string describe(workload_kind k, const bench_options& o) {
           "W3 at a fixed {} msg/s offered by {} producers in produce calls of {} message(s), "
           "for {} s",
           o.rate, o.producers, o.rate_batch, o.rate_seconds);
+    case workload_kind::w3_rate_aged:
+      return fmt::format(
+          "w3-rate on a server that first moved {} messages (produce, consume, ack; untimed) "
+          "through the same topic",
+          o.history);
     case workload_kind::w4_faults:
       return fmt::format("W4 = W3 with {:.0f}% duplicate produces, {:.0f}% deliveries not acked",
                          o.duplicate_ratio * 100, o.no_ack_ratio * 100);
@@ -358,9 +382,12 @@ std::vector<workload_kind> expand_workloads(const bench_options& o) {
       out.push_back(workload_kind::w1_single);
     } else if (w == "w2") {
       out.push_back(workload_kind::w2_drain);
+      out.push_back(workload_kind::w2_piggyback);
+      out.push_back(workload_kind::w2_stream);
     } else if (w == "w3") {
       out.push_back(workload_kind::w3_e2e);
       if (o.rate > 0) out.push_back(workload_kind::w3_rate);
+      if (o.rate > 0 && o.history > 0) out.push_back(workload_kind::w3_rate_aged);
     } else if (w == "w4") {
       out.push_back(workload_kind::w4_faults);
     }
@@ -382,8 +409,11 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   r.version = drv.version();
 
   std::size_t n = o.messages;
+  const bool drain = kind == workload_kind::w2_drain || kind == workload_kind::w2_piggyback ||
+                     kind == workload_kind::w2_stream;
+  const bool fixed_rate = kind == workload_kind::w3_rate || kind == workload_kind::w3_rate_aged;
   if (kind == workload_kind::w1_single) n = o.single_messages;
-  if (kind == workload_kind::w3_rate) {
+  if (fixed_rate) {
     n = std::max<std::size_t>(
         1, static_cast<std::size_t>(static_cast<double>(o.rate) * o.rate_seconds));
   }
@@ -395,6 +425,12 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   s.consumers = o.consumers;
   s.batch = o.batch;
   s.wait_ms = o.wait_ms;
+  if (kind == workload_kind::w2_piggyback) s.mode = consume_mode::piggyback;
+  if (kind == workload_kind::w2_stream) s.mode = consume_mode::stream;
+  if (std::string why; !drv.supports(s.mode, why)) {
+    r.skipped = why;
+    return r;
+  }
 
   std::string tmpl =
       (std::filesystem::path(o.tmp_root) /
@@ -416,21 +452,39 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
 
     const bool produce_only = kind == workload_kind::w1_batch || kind == workload_kind::w1_single;
     producer_plan pp;
-    pp.batch = kind == workload_kind::w1_single ? 1
-               : kind == workload_kind::w3_rate ? o.rate_batch
-                                                : o.batch;
+    pp.batch = kind == workload_kind::w1_single ? 1 : fixed_rate ? o.rate_batch : o.batch;
     if (kind == workload_kind::w4_faults) pp.duplicate_ratio = o.duplicate_ratio;
-    if (kind == workload_kind::w3_rate) {
+    if (fixed_rate) {
       pp.interval_ns = static_cast<std::uint64_t>(1e9 * o.producers / static_cast<double>(o.rate));
     }
     consumer_plan cp;
-    cp.record_latency = kind != workload_kind::w2_drain;
+    cp.record_latency = !drain;
     if (kind == workload_kind::w4_faults) {
       cp.no_ack_ratio = o.no_ack_ratio;
       cp.quiet_ns = static_cast<std::uint64_t>(o.lease_ms + 1000) * 1'000'000;
     }
 
-    if (kind == workload_kind::w2_drain) {
+    if (kind == workload_kind::w3_rate_aged) {
+      // History first, not timed: other keys, the same topic, acked at full
+      // speed, so the measured run meets a server with a past (a bigger
+      // LSM, flushes and compactions behind and under way, retention).
+      shared_run past(o.history, std::uint64_t{1} << 40);
+      producer_plan hp;
+      hp.batch = o.batch;
+      consumer_plan hc;
+      hc.record_latency = false;
+      phase aging(drv, s, o, past, o.producers, hp, o.consumers, hc);
+      aging.start(std::max(o.time_limit_s, 600.0));
+      aging.join(
+          [&] { return past.keys_done.load() >= past.n; }, [] {},
+          [&] { return fmt::format("{} history {}/{}", label, past.keys_done.load(), past.n); },
+          progress);
+      if (!past.error.empty()) throw std::runtime_error("history: " + past.error);
+      if (past.keys_done.load() < past.n)
+        throw std::runtime_error("history did not finish in time");
+    }
+
+    if (drain) {
       // The backlog is produced first and not timed.
       producer_plan preload;
       preload.batch = o.batch;
@@ -444,7 +498,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       if (st.produced_unique.load() < n) throw std::runtime_error("preload did not finish in time");
     }
 
-    const int producers = kind == workload_kind::w2_drain    ? 0
+    const int producers = drain                              ? 0
                           : kind == workload_kind::w1_single ? o.single_producers
                                                              : o.producers;
     const int consumers = produce_only ? 0 : o.consumers;

@@ -12,12 +12,15 @@
 namespace onceq::bench {
 
 enum class workload_kind {
-  w1_batch,   // produce only, batches of --batch
-  w1_single,  // produce only, one message per request
-  w2_drain,   // preload a backlog (not timed), then drain it
-  w3_e2e,     // produce (batched) and consume concurrently, as fast as possible
-  w3_rate,    // produce one message per request at a fixed total rate, consume
-  w4_faults,  // w3_e2e with duplicate produces and unacked deliveries
+  w1_batch,      // produce only, batches of --batch
+  w1_single,     // produce only, one message per request
+  w2_drain,      // preload a backlog (not timed), then drain it
+  w2_piggyback,  // w2_drain with each batch's acks carried on the next fetch
+  w2_stream,     // w2_drain through onceq's streaming consume
+  w3_e2e,        // produce (batched) and consume concurrently, as fast as possible
+  w3_rate,       // produce one message per request at a fixed total rate, consume
+  w3_rate_aged,  // w3_rate on a server that first moved --history messages
+  w4_faults,     // w3_e2e with duplicate produces and unacked deliveries
 };
 
 std::string_view id_of(workload_kind k);                        // "w1-batch", ...
