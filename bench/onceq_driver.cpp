@@ -129,47 +129,87 @@ struct delivery_id {
   std::int64_t attempts = 0;
 };
 
+// One line of a consume answer: where the message is, and its value.
+void read_delivery(std::string_view line, delivery_id& id, std::string_view& value) {
+  bool have_value = false;
+  const bool ok = scan_object(line, [&](std::string_view key, std::string_view raw) {
+    if (key == "partition") {
+      json_int(raw, id.partition);
+    } else if (key == "offset") {
+      json_int(raw, id.offset);
+    } else if (key == "attempts") {
+      json_int(raw, id.attempts);
+    } else if (key == "value") {
+      have_value = json_plain_string(raw, value);
+    }
+  });
+  if (!ok || !have_value) {
+    throw std::runtime_error(
+        fmt::format("onceq consume: cannot read line {}", line.substr(0, 200)));
+  }
+}
+
+// The acks of `ids` as the items of an "acks" array.
+void append_acks(std::string& out, std::span<const delivery_id> ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    fmt::format_to(std::back_inserter(out), R"({{"partition":{},"offset":{},"attempts":{}}})",
+                   ids[i].partition, ids[i].offset, ids[i].attempts);
+  }
+}
+
+// consume_mode::batch: POST /v1/consume (long-poll batch), then POST
+// /v1/ack. piggyback: the acks ride on the next consume (`acks`), whose
+// first answer line reports them. stream: GET /v1/consume without
+// max_messages on its own connection; acks as in batch.
 class onceq_consumer final : public consumer {
  public:
   onceq_consumer(int port, const run_setup& s, int index)
-      : client_("127.0.0.1", port), setup_(s), owner_(fmt::format("c{}", index)) {}
+      : client_("127.0.0.1", port), setup_(s), owner_(fmt::format("c{}", index)) {
+    if (s.mode == consume_mode::stream) {
+      stream_ = std::make_unique<http_line_stream>(
+          "127.0.0.1", port,
+          fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic, s.group,
+                      owner_, s.lease_ms));
+    }
+  }
 
   const std::vector<std::string_view>& fetch(std::size_t max,
                                              std::chrono::milliseconds wait) override {
     payloads_.clear();
     ids_.clear();
-    const std::string req = fmt::format(
-        R"({{"topic":"{}","group":"{}","owner":"{}","max_messages":{},"wait_ms":{},"lease_ms":{}}})",
+    if (stream_) {
+      stream_->read_lines(max, wait, lines_);
+      for (const auto& line : lines_) add(line);
+      return payloads_;
+    }
+    std::string req = fmt::format(
+        R"({{"topic":"{}","group":"{}","owner":"{}","max_messages":{},"wait_ms":{},"lease_ms":{})",
         setup_.topic, setup_.group, owner_, max, wait.count(), setup_.lease_ms);
-    auto& r = client_.request(verb::post, "/v1/consume", req, k_request_timeout + wait);
+    const std::size_t acking = held_.size();
+    if (acking > 0) {
+      req += R"(,"acks":[)";
+      append_acks(req, held_);
+      req += ']';
+      held_.clear();
+    }
+    req += '}';
+    auto& r = client_.request(verb::post, "/v1/consume", std::move(req), k_request_timeout + wait);
     if (r.status != 200) fail("consume", r);
     body_ = std::move(r.body);
     std::string_view rest = body_;
+    bool first = true;
     while (!rest.empty()) {
       const auto nl = rest.find('\n');
       const auto line = rest.substr(0, nl);
       rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
       if (line.find_first_not_of(" \r\t") == std::string_view::npos) continue;
-      delivery_id id;
-      std::string_view value;
-      bool have_value = false;
-      const bool ok = scan_object(line, [&](std::string_view key, std::string_view raw) {
-        if (key == "partition") {
-          json_int(raw, id.partition);
-        } else if (key == "offset") {
-          json_int(raw, id.offset);
-        } else if (key == "attempts") {
-          json_int(raw, id.attempts);
-        } else if (key == "value") {
-          have_value = json_plain_string(raw, value);
-        }
-      });
-      if (!ok || !have_value) {
-        throw std::runtime_error(
-            fmt::format("onceq consume: cannot read line {}", line.substr(0, 200)));
+      if (first && acking > 0) {
+        check_acks(line, acking);
+      } else {
+        add(line);
       }
-      ids_.push_back(id);
-      payloads_.push_back(value);
+      first = false;
     }
     return payloads_;
   }
@@ -177,14 +217,15 @@ class onceq_consumer final : public consumer {
   std::vector<char> ack(std::span<const std::size_t> which) override {
     std::vector<char> accepted(which.size(), 0);
     if (which.empty()) return accepted;
+    if (setup_.mode == consume_mode::piggyback) {
+      for (const auto i : which) held_.push_back(ids_.at(i));
+      return std::vector<char>(which.size(), 1);  // checked with the next fetch
+    }
+    std::vector<delivery_id> ids;
+    for (const auto i : which) ids.push_back(ids_.at(i));
     std::string req = fmt::format(R"({{"topic":"{}","group":"{}","owner":"{}","acks":[)",
                                   setup_.topic, setup_.group, owner_);
-    for (std::size_t i = 0; i < which.size(); ++i) {
-      const auto& id = ids_.at(which[i]);
-      if (i > 0) req += ',';
-      fmt::format_to(std::back_inserter(req), R"({{"partition":{},"offset":{},"attempts":{}}})",
-                     id.partition, id.offset, id.attempts);
-    }
+    append_acks(req, ids);
     req += "]}";
     auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
     if (r.status != 200) fail("ack", r);
@@ -196,13 +237,62 @@ class onceq_consumer final : public consumer {
     return accepted;
   }
 
+  void flush() override {
+    if (held_.empty()) return;
+    std::string req = fmt::format(R"({{"topic":"{}","group":"{}","owner":"{}","acks":[)",
+                                  setup_.topic, setup_.group, owner_);
+    append_acks(req, held_);
+    req += "]}";
+    const std::size_t n = held_.size();
+    held_.clear();
+    auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
+    if (r.status != 200) fail("ack", r);
+    std::size_t acked = 0;
+    const auto got =
+        scan_results(r.body, [&](std::size_t, std::string_view key, std::string_view raw) {
+          if (key == "status" && raw == R"("acked")") ++acked;
+        });
+    if (got != n || acked != n) fail("ack (held acks refused)", r);
+  }
+
  private:
+  void add(std::string_view line) {
+    delivery_id id;
+    std::string_view value;
+    read_delivery(line, id, value);
+    ids_.push_back(id);
+    payloads_.push_back(value);
+  }
+
+  // The first line of a consume that carried acks: {"acks":[...]}, every
+  // one acked (a refusal would be a miscount in the run).
+  static void check_acks(std::string_view line, std::size_t n) {
+    std::size_t items = 0;
+    std::size_t acked = 0;
+    auto item = [&](std::string_view obj) {
+      ++items;
+      (void)scan_object(obj, [&](std::string_view k, std::string_view v) {
+        if (k == "status" && v == R"("acked")") ++acked;
+      });
+    };
+    bool ok = scan_object(line, [&](std::string_view key, std::string_view raw) {
+      if (key == "acks") ok = scan_array(raw, item);
+    });
+    if (!ok || items != n || acked != n) {
+      throw std::runtime_error(
+          fmt::format("onceq consume: acks not all acked: {}", line.substr(0, 300)));
+    }
+  }
+
   http_client client_;
   run_setup setup_;
   std::string owner_;
   std::string body_;
+  std::unique_ptr<http_line_stream> stream_;
+  std::vector<std::string> lines_;
   std::vector<std::string_view> payloads_;
   std::vector<delivery_id> ids_;
+  std::vector<delivery_id> held_;  // piggyback: acked with the next fetch
 };
 
 class onceq_driver final : public system_driver {
@@ -220,6 +310,8 @@ class onceq_driver final : public system_driver {
     }
     return true;
   }
+
+  bool supports(consume_mode, std::string&) override { return true; }
 
   std::string version() override { return version_.empty() ? "unknown" : version_; }
 
