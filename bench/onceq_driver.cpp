@@ -1,6 +1,7 @@
 #include "bench/onceq_driver.hpp"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 #include <boost/beast/http/verb.hpp>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +13,6 @@
 #include <thread>
 
 #include "bench/http_client.hpp"
-#include "bench/json_scan.hpp"
 
 namespace onceq::bench {
 namespace {
@@ -40,24 +40,83 @@ void append_message(std::string& out, const bench_message& m) {
   out += R"("}})";
 }
 
-// Calls fn(index, key, raw_value) for each member of each object in the
-// "results" array of an answer (produce and ack batches). The number of
-// results, or nullopt if the answer or any result is malformed.
+// Answers are read with simdjson's on-demand parser (as the server reads
+// requests): no DOM, as a careful client would read them. Bodies get
+// simdjson's padding as spare capacity and are parsed in place.
+namespace od = simdjson::ondemand;
+
+od::parser& answer_parser() {
+  thread_local od::parser p;
+  return p;
+}
+
+// Calls fn(key, value) for each member of the object v. False if v is not
+// an object, or on malformed JSON.
 template <class Fn>
-std::optional<std::size_t> scan_results(std::string_view body, Fn&& fn) {
+bool each_member(od::value v, Fn&& fn) {
+  od::object obj;
+  if (v.get_object().get(obj) != simdjson::SUCCESS) return false;
+  for (auto member : obj) {
+    od::field f;
+    std::string_view key;
+    if (std::move(member).get(f) != simdjson::SUCCESS ||
+        f.unescaped_key().get(key) != simdjson::SUCCESS || !fn(key, f.value())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Starts reading text (a whole body, or a line of one) whose buffer has
+// SIMDJSON_PADDING readable bytes past readable_end.
+bool start(od::document& doc, std::string_view text, const char* readable_end) {
+  const auto capacity = static_cast<std::size_t>(readable_end - text.data());
+  return answer_parser().iterate(text.data(), text.size(), capacity).get(doc) == simdjson::SUCCESS;
+}
+
+// The body, padded in place.
+std::string_view padded(std::string& body) {
+  body.reserve(body.size() + simdjson::SIMDJSON_PADDING);
+  return body;
+}
+
+// Calls fn(index, key, value) for each member of each object in the
+// array `array_key` of the object `text` (whose buffer is readable up to
+// readable_end + SIMDJSON_PADDING); fn returns false on a value it cannot
+// read. The number of items, or nullopt if the text or any item is
+// malformed.
+template <class Fn>
+std::optional<std::size_t> scan_items(std::string_view text, const char* readable_end,
+                                      std::string_view array_key, Fn&& fn) {
+  od::document doc;
+  if (!start(doc, text, readable_end)) return std::nullopt;
+  od::value root;
+  if (doc.get_value().get(root) != simdjson::SUCCESS) return std::nullopt;
   std::size_t n = 0;
-  bool ok = true;
-  auto result = [&](std::string_view obj) {
-    ok = scan_object(obj, [&](std::string_view k, std::string_view v) { fn(n, k, v); }) && ok;
-    ++n;
-  };
-  ok = scan_object(body,
-                   [&](std::string_view key, std::string_view raw) {
-                     if (key == "results") ok = scan_array(raw, result) && ok;
-                   }) &&
-       ok;
+  bool ok = each_member(root, [&](std::string_view key, od::value v) {
+    if (key != array_key) return true;
+    od::array items;
+    if (v.get_array().get(items) != simdjson::SUCCESS) return false;
+    for (auto item : items) {
+      od::value iv;
+      if (std::move(item).get(iv) != simdjson::SUCCESS) return false;
+      if (!each_member(iv, [&](std::string_view k, od::value x) { return fn(n, k, x); })) {
+        return false;
+      }
+      ++n;
+    }
+    return true;
+  });
   if (!ok) return std::nullopt;
   return n;
+}
+
+// scan_items over the "results" array of an answer (produce and ack
+// batches), the body padded in place.
+template <class Fn>
+std::optional<std::size_t> scan_results(std::string& body, Fn&& fn) {
+  const std::string_view text = padded(body);
+  return scan_items(text, body.data() + body.capacity(), "results", std::forward<Fn>(fn));
 }
 
 // Backpressure (429) is answered by waiting as the server asks; a retried
@@ -103,15 +162,27 @@ class onceq_producer final : public producer {
     // Scanned, not parsed into a DOM: the client's CPU shares the machine
     // with the server, as a hand-rolled reader in any real client would.
     std::size_t dups = 0;
-    auto duplicate = [&](std::size_t, std::string_view key, std::string_view raw) {
-      if (key == "duplicate" && raw == "true") ++dups;
+    auto duplicate = [&](std::size_t, std::string_view key, od::value v) {
+      if (key != "duplicate") return true;
+      bool d = false;
+      if (v.get_bool().get(d) != simdjson::SUCCESS) return false;
+      dups += d ? 1 : 0;
+      return true;
     };
     // One message is answered with its result object, a batch with "results".
     std::optional<std::size_t> results;
     if (batch.size() > 1) {
       results = scan_results(r.body, duplicate);
-    } else if (scan_object(r.body, [&](auto key, auto raw) { duplicate(0, key, raw); })) {
-      results = 1;
+    } else {
+      const std::string_view text = padded(r.body);
+      od::document doc;
+      od::value root;
+      if (start(doc, text, r.body.data() + r.body.capacity()) &&
+          doc.get_value().get(root) == simdjson::SUCCESS &&
+          each_member(root,
+                      [&](std::string_view key, od::value v) { return duplicate(0, key, v); })) {
+        results = 1;
+      }
     }
     if (results != batch.size()) fail("produce (results)", r);
     return dups;
@@ -129,20 +200,33 @@ struct delivery_id {
   std::int64_t attempts = 0;
 };
 
-// One line of a consume answer: where the message is, and its value.
-void read_delivery(std::string_view line, delivery_id& id, std::string_view& value) {
+// One line of a consume answer (its buffer readable up to readable_end +
+// SIMDJSON_PADDING): where the message is, and its value. The value is a
+// view of the line: the bench's payloads need no escapes, and one that has
+// them is an error.
+void read_delivery(std::string_view line, const char* readable_end, delivery_id& id,
+                   std::string_view& value) {
   bool have_value = false;
-  const bool ok = scan_object(line, [&](std::string_view key, std::string_view raw) {
-    if (key == "partition") {
-      json_int(raw, id.partition);
-    } else if (key == "offset") {
-      json_int(raw, id.offset);
-    } else if (key == "attempts") {
-      json_int(raw, id.attempts);
-    } else if (key == "value") {
-      have_value = json_plain_string(raw, value);
-    }
-  });
+  od::document doc;
+  od::value root;
+  const bool ok = start(doc, line, readable_end) &&
+                  doc.get_value().get(root) == simdjson::SUCCESS &&
+                  each_member(root, [&](std::string_view key, od::value v) {
+                    if (key == "partition")
+                      return v.get_int64().get(id.partition) == simdjson::SUCCESS;
+                    if (key == "offset") return v.get_int64().get(id.offset) == simdjson::SUCCESS;
+                    if (key == "attempts")
+                      return v.get_int64().get(id.attempts) == simdjson::SUCCESS;
+                    if (key == "value") {
+                      std::string_view token = v.raw_json_token();
+                      while (!token.empty() && token.back() != '"') token.remove_suffix(1);
+                      if (token.size() < 2 || token.find('\\') != std::string_view::npos)
+                        return false;
+                      value = token.substr(1, token.size() - 2);
+                      have_value = true;
+                    }
+                    return true;
+                  });
   if (!ok || !have_value) {
     throw std::runtime_error(
         fmt::format("onceq consume: cannot read line {}", line.substr(0, 200)));
@@ -180,7 +264,10 @@ class onceq_consumer final : public consumer {
     ids_.clear();
     if (stream_) {
       stream_->read_lines(max, wait, lines_);
-      for (const auto& line : lines_) add(line);
+      for (auto& line : lines_) {
+        const std::string_view text = padded(line);
+        add(text, line.data() + line.capacity());
+      }
       return payloads_;
     }
     std::string req = fmt::format(
@@ -197,7 +284,8 @@ class onceq_consumer final : public consumer {
     auto& r = client_.request(verb::post, "/v1/consume", std::move(req), k_request_timeout + wait);
     if (r.status != 200) fail("consume", r);
     body_ = std::move(r.body);
-    std::string_view rest = body_;
+    std::string_view rest = padded(body_);
+    const char* const readable_end = body_.data() + body_.capacity();
     bool first = true;
     while (!rest.empty()) {
       const auto nl = rest.find('\n');
@@ -205,9 +293,9 @@ class onceq_consumer final : public consumer {
       rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
       if (line.find_first_not_of(" \r\t") == std::string_view::npos) continue;
       if (first && acking > 0) {
-        check_acks(line, acking);
+        check_acks(line, readable_end, acking);
       } else {
-        add(line);
+        add(line, readable_end);
       }
       first = false;
     }
@@ -229,10 +317,13 @@ class onceq_consumer final : public consumer {
     req += "]}";
     auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
     if (r.status != 200) fail("ack", r);
-    const auto n =
-        scan_results(r.body, [&](std::size_t i, std::string_view key, std::string_view raw) {
-          if (key == "status" && i < accepted.size()) accepted[i] = raw == R"("acked")" ? 1 : 0;
-        });
+    const auto n = scan_results(r.body, [&](std::size_t i, std::string_view key, od::value v) {
+      if (key != "status" || i >= accepted.size()) return true;
+      std::string_view status;
+      if (v.get_string().get(status) != simdjson::SUCCESS) return false;
+      accepted[i] = status == "acked" ? 1 : 0;
+      return true;
+    });
     if (n != which.size()) fail("ack (results)", r);
     return accepted;
   }
@@ -248,37 +339,38 @@ class onceq_consumer final : public consumer {
     auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
     if (r.status != 200) fail("ack", r);
     std::size_t acked = 0;
-    const auto got =
-        scan_results(r.body, [&](std::size_t, std::string_view key, std::string_view raw) {
-          if (key == "status" && raw == R"("acked")") ++acked;
-        });
+    const auto got = scan_results(r.body, [&](std::size_t, std::string_view key, od::value v) {
+      if (key != "status") return true;
+      std::string_view status;
+      if (v.get_string().get(status) != simdjson::SUCCESS) return false;
+      acked += status == "acked" ? 1 : 0;
+      return true;
+    });
     if (got != n || acked != n) fail("ack (held acks refused)", r);
   }
 
  private:
-  void add(std::string_view line) {
+  void add(std::string_view line, const char* readable_end) {
     delivery_id id;
     std::string_view value;
-    read_delivery(line, id, value);
+    read_delivery(line, readable_end, id, value);
     ids_.push_back(id);
     payloads_.push_back(value);
   }
 
   // The first line of a consume that carried acks: {"acks":[...]}, every
   // one acked (a refusal would be a miscount in the run).
-  static void check_acks(std::string_view line, std::size_t n) {
-    std::size_t items = 0;
+  static void check_acks(std::string_view line, const char* readable_end, std::size_t n) {
     std::size_t acked = 0;
-    auto item = [&](std::string_view obj) {
-      ++items;
-      (void)scan_object(obj, [&](std::string_view k, std::string_view v) {
-        if (k == "status" && v == R"("acked")") ++acked;
-      });
-    };
-    bool ok = scan_object(line, [&](std::string_view key, std::string_view raw) {
-      if (key == "acks") ok = scan_array(raw, item);
-    });
-    if (!ok || items != n || acked != n) {
+    const auto items =
+        scan_items(line, readable_end, "acks", [&](std::size_t, std::string_view k, od::value v) {
+          if (k != "status") return true;
+          std::string_view status;
+          if (v.get_string().get(status) != simdjson::SUCCESS) return false;
+          acked += status == "acked" ? 1 : 0;
+          return true;
+        });
+    if (items != n || acked != n) {
       throw std::runtime_error(
           fmt::format("onceq consume: acks not all acked: {}", line.substr(0, 300)));
     }

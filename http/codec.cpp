@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -23,213 +22,14 @@ constexpr std::int64_t k_int_max = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t k_u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::size_t k_max_idempotency_header = 1024;
 
-// Parse errors travel as this exception inside this file only; every public
-// function turns it into errc::invalid_argument.
-struct bad_input {
-  std::string message;
-};
-
+// The readers (http/params.hpp) hand over the fields in the order they
+// were written, once each; each is checked as it comes, and what is
+// required is checked after the object. Errors are bad_input, which every
+// public function turns into errc::invalid_argument.
 [[noreturn]] void fail(std::string message) {
-  throw bad_input{std::move(message)};
+  throw_bad_input(std::move(message));
 }
 
-// Strict decimal: an optional '-', then digits; nothing else.
-std::optional<std::int64_t> parse_decimal(std::string_view s) {
-  if (s.empty() || s.front() == '+') return std::nullopt;
-  std::int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-// Reads the fields of one JSON object, naming them by their path in errors.
-// The path is built only for an error: a reader knows its parent and its
-// name (or index) in it.
-class reader {
- public:
-  // The top level (where "") or an object given by name.
-  reader(const jvalue& obj, std::string_view where, bool from_query = false)
-      : obj_(obj), name_(where), from_query_(from_query) {
-    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
-  }
-  // parent's field name.
-  reader(const jvalue& obj, const reader& parent, std::string_view name)
-      : obj_(obj), parent_(&parent), name_(name) {
-    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
-  }
-  // Item index of parent's array field name.
-  reader(const jvalue& obj, const reader& parent, std::string_view name, std::size_t index)
-      : obj_(obj), parent_(&parent), name_(name), index_(index) {
-    if (!obj_.is_object()) fail(fmt::format("{} must be an object", where_path()));
-  }
-
-  std::string path(std::string_view name) const {
-    std::string where = where_path();
-    return where.empty() ? std::string(name) : fmt::format("{}.{}", where, name);
-  }
-
-  // Rejects every field not in names (typos must not pass silently).
-  void only(std::initializer_list<std::string_view> names) const {
-    for (const jmember& m : obj_.members()) {
-      if (std::find(names.begin(), names.end(), m.key) == names.end()) {
-        fail(fmt::format("unknown field '{}'", path(m.key)));
-      }
-    }
-  }
-
-  bool has(std::string_view name) const { return obj_.find(name) != nullptr; }
-
-  // The field, or nullptr when absent; null is never a valid value.
-  const jvalue* find(std::string_view name) const {
-    const jvalue* v = obj_.find(name);
-    if (v != nullptr && v->is_null()) fail(fmt::format("{} must not be null", path(name)));
-    return v;
-  }
-
-  const jvalue& require(std::string_view name) const {
-    const jvalue* v = find(name);
-    if (v == nullptr) fail(fmt::format("{} is required", path(name)));
-    return *v;
-  }
-
-  std::optional<std::string> opt_string(std::string_view name) const {
-    const jvalue* v = find(name);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) fail(fmt::format("{} must be a string", path(name)));
-    return std::string(v->str());
-  }
-
-  std::string req_string(std::string_view name) const {
-    auto s = opt_string(name);
-    if (!s) fail(fmt::format("{} is required", path(name)));
-    return std::move(*s);
-  }
-
-  std::optional<std::int64_t> opt_int(std::string_view name, std::int64_t lo,
-                                      std::int64_t hi = k_int_max) const {
-    const jvalue* v = find(name);
-    if (v == nullptr) return std::nullopt;
-    std::int64_t x = 0;
-    if (from_query_ && v->is_string()) {
-      auto d = parse_decimal(v->str());
-      if (!d) fail(fmt::format("{} must be a decimal integer", path(name)));
-      x = *d;
-    } else if (v->is_integer()) {
-      const std::string_view t = v->number_text();
-      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
-      (void)end;  // the parser checked the grammar: all of t is read
-      if (ec != std::errc{}) {
-        // Past int64. Up to uint64 max it is an integer out of range;
-        // beyond, and below int64 min, JSON readers take it as a float.
-        std::uint64_t u = 0;
-        if (t.front() != '-' &&
-            std::from_chars(t.data(), t.data() + t.size(), u).ec == std::errc{}) {
-          out_of_range(name, lo, hi);
-        }
-        fail(fmt::format("{} must be an integer", path(name)));
-      }
-    } else {
-      fail(fmt::format("{} must be an integer", path(name)));
-    }
-    if (x < lo || x > hi) out_of_range(name, lo, hi);
-    return x;
-  }
-
-  // true / false (from a query string: the text "true" or "false").
-  std::optional<bool> opt_bool(std::string_view name) const {
-    const jvalue* v = find(name);
-    if (v == nullptr) return std::nullopt;
-    if (v->is_bool()) return v->as_bool();
-    if (from_query_ && v->is_string() && (v->str() == "true" || v->str() == "false"))
-      return v->str() == "true";
-    fail(fmt::format("{} must be true or false", path(name)));
-  }
-
-  // An array of strings (from a query string: comma-separated text).
-  std::optional<std::vector<std::string>> opt_strings(std::string_view name,
-                                                      std::size_t max) const {
-    const jvalue* v = find(name);
-    if (v == nullptr) return std::nullopt;
-    std::vector<std::string> out;
-    if (from_query_ && v->is_string()) {
-      std::string_view rest = v->str();
-      while (!rest.empty()) {
-        auto comma = rest.find(',');
-        out.emplace_back(rest.substr(0, comma));
-        if (comma == std::string_view::npos) break;
-        rest.remove_prefix(comma + 1);
-      }
-    } else {
-      if (!v->is_array()) fail(fmt::format("{} must be an array of strings", path(name)));
-      for (std::size_t i = 0; i < v->elements().size(); ++i) {
-        const jvalue& e = v->elements()[i];
-        if (!e.is_string()) fail(fmt::format("{}[{}] must be a string", path(name), i));
-        out.emplace_back(e.str());
-      }
-    }
-    if (out.size() > max) fail(fmt::format("{} holds at most {} items", path(name), max));
-    return out;
-  }
-
-  // A fencing token: an integer >= 1.
-  std::optional<std::uint64_t> opt_token(std::string_view name) const {
-    auto v = opt_int(name, 1);
-    if (!v) return std::nullopt;
-    return static_cast<std::uint64_t>(*v);
-  }
-
-  std::int64_t req_int(std::string_view name, std::int64_t lo, std::int64_t hi = k_int_max) const {
-    auto v = opt_int(name, lo, hi);
-    if (!v) fail(fmt::format("{} is required", path(name)));
-    return *v;
-  }
-
-  std::string req_topic(std::string_view name) const {
-    std::string s = req_string(name);
-    if (!valid_topic_name(s)) {
-      fail(fmt::format("{} must match [A-Za-z0-9._-]{{1,200}}", path(name)));
-    }
-    return s;
-  }
-
-  // group, owner: 1..200 bytes.
-  std::string req_label(std::string_view name) const {
-    std::string s = req_string(name);
-    if (s.empty() || s.size() > k_max_label_bytes) {
-      fail(fmt::format("{} must be 1..{} bytes", path(name), k_max_label_bytes));
-    }
-    return s;
-  }
-
-  const jvalue& obj() const { return obj_; }
-
- private:
-  static constexpr std::size_t k_no_index = static_cast<std::size_t>(-1);
-
-  // "messages[3].envelope"; "" at the top level.
-  std::string where_path() const {
-    std::string out = parent_ == nullptr ? std::string(name_) : parent_->path(name_);
-    if (index_ != k_no_index) out += fmt::format("[{}]", index_);
-    return out;
-  }
-
-  [[noreturn]] void out_of_range(std::string_view name, std::int64_t lo, std::int64_t hi) const {
-    if (hi == k_int_max) fail(fmt::format("{} must be >= {}", path(name), lo));
-    fail(fmt::format("{} must be between {} and {}", path(name), lo, hi));
-  }
-
-  const jvalue& obj_;
-  const reader* parent_ = nullptr;
-  std::string_view name_;
-  std::size_t index_ = k_no_index;
-  bool from_query_ = false;
-};
-
-reader top(const params& p) {
-  return reader(p.obj(), "", p.from_query);
-}
-
-// Runs fn, turning a bad_input into errc::invalid_argument.
 template <class T, class Fn>
 result<T> guarded(Fn&& fn) {
   try {
@@ -239,79 +39,156 @@ result<T> guarded(Fn&& fn) {
   }
 }
 
-const jvalue& require_array(const reader& r, std::string_view name, std::size_t max) {
-  const jvalue& a = r.require(name);
-  if (!a.is_array()) fail(fmt::format("{} must be an array", r.path(name)));
-  if (a.empty() || a.size() > max) {
-    fail(fmt::format("{} must hold 1..{} items", r.path(name), max));
-  }
-  return a;
+[[noreturn]] void required(const reader& r, std::string_view name) {
+  fail(fmt::format("{} is required", r.path(name)));
 }
 
-void read_envelope(const reader& r, message_in& m) {
-  r.only({"idempotency_key", "tenant_id", "run_id", "step_id", "parent_step_id", "target_topic",
-          "partition_override", "deadline", "retry_policy", "msg_id", "key_ttl_ms", "delay_ms",
-          "headers"});
-  if (auto v = r.opt_string("idempotency_key")) m.idempotency_key = std::move(*v);
-  if (auto v = r.opt_string("tenant_id")) m.tenant_id = std::move(*v);
-  if (auto v = r.opt_string("msg_id")) m.msg_id = std::move(*v);
-  // Echoed to consumers only; checked for type.
-  for (std::string_view name : {"run_id", "step_id", "parent_step_id", "target_topic"}) {
-    const jvalue* v = r.find(name);
-    if (v != nullptr && !v->is_string()) fail(fmt::format("{} must be a string", r.path(name)));
+// A field the other form of a request has ("key" in a batch produce).
+[[noreturn]] void unknown(const reader& r, std::string_view name) {
+  fail(fmt::format("unknown field '{}'", r.path(name)));
+}
+
+std::string topic_of(field& f) {
+  std::string s(f.str());
+  if (!valid_topic_name(s)) fail(fmt::format("{} must match [A-Za-z0-9._-]{{1,200}}", f.path()));
+  return s;
+}
+
+// group, owner: 1..200 bytes.
+std::string label_of(field& f) {
+  std::string s(f.str());
+  if (s.empty() || s.size() > k_max_label_bytes) {
+    fail(fmt::format("{} must be 1..{} bytes", f.path(), k_max_label_bytes));
   }
-  m.partition_override = r.opt_int("partition_override", 0, k_u32_max);
-  m.key_ttl_ms = r.opt_int("key_ttl_ms", 0);
-  m.delay_ms = r.opt_int("delay_ms", 0);
-  if (auto d = r.opt_string("deadline")) {
-    auto ms = parse_rfc3339(*d);
-    if (!ms.ok()) fail(fmt::format("{} is {}", r.path("deadline"), ms.err().message));
-    m.deadline_ms = *ms;
-  }
-  if (const jvalue* rp = r.find("retry_policy")) {
-    reader p(*rp, r, "retry_policy");
-    p.only({"max_attempts", "backoff_ms", "max_backoff_ms"});
-    m.retry.max_attempts = p.opt_int("max_attempts", 0);
-    m.retry.backoff_ms = p.opt_int("backoff_ms", 0);
-    m.retry.max_backoff_ms = p.opt_int("max_backoff_ms", 0);
-  }
-  if (const jvalue* h = r.find("headers")) {
-    if (!h->is_object()) fail(fmt::format("{} must be an object", r.path("headers")));
-    for (const jmember& hm : h->members()) {
-      if (!hm.value.is_string()) {
-        fail(fmt::format("{}.{} must be a string", r.path("headers"), hm.key));
-      }
-    }
-  }
+  return s;
+}
+
+// A fencing token: an integer >= 1.
+std::uint64_t token_of(field& f) {
+  return static_cast<std::uint64_t>(f.integer(1, k_int_max));
+}
+
+void read_envelope(field& f, message_in& m) {
   // As the producer wrote it, less whitespace: keys keep their order.
-  m.envelope_json = minified(r.obj());
+  m.envelope_json = f.object_text([&](reader& r) {
+    r.each({"idempotency_key", "tenant_id", "run_id", "step_id", "parent_step_id", "target_topic",
+            "partition_override", "deadline", "retry_policy", "msg_id", "key_ttl_ms", "delay_ms",
+            "headers"},
+           [&](std::size_t i, field& e) {
+             switch (i) {
+               case 0:
+                 m.idempotency_key = e.str();
+                 break;
+               case 1:
+                 m.tenant_id = e.str();
+                 break;
+               case 2:
+               case 3:
+               case 4:
+               case 5:
+                 (void)e.str();  // echoed to consumers only; checked for type
+                 break;
+               case 6:
+                 m.partition_override = e.integer(0, k_u32_max);
+                 break;
+               case 7: {
+                 auto ms = parse_rfc3339(e.str());
+                 if (!ms.ok()) fail(fmt::format("{} is {}", e.path(), ms.err().message));
+                 m.deadline_ms = *ms;
+                 break;
+               }
+               case 8: {
+                 reader p = e.object();
+                 p.each({"max_attempts", "backoff_ms", "max_backoff_ms"},
+                        [&](std::size_t k, field& x) {
+                          const std::int64_t v = x.integer(0, k_int_max);
+                          (k == 0   ? m.retry.max_attempts
+                           : k == 1 ? m.retry.backoff_ms
+                                    : m.retry.max_backoff_ms) = v;
+                        });
+                 break;
+               }
+               case 9:
+                 m.msg_id = e.str();
+                 break;
+               case 10:
+                 m.key_ttl_ms = e.integer(0, k_int_max);
+                 break;
+               case 11:
+                 m.delay_ms = e.integer(0, k_int_max);
+                 break;
+               default:
+                 e.string_map();  // headers: free-form strings
+                 break;
+             }
+           });
+  });
 }
 
-message_in read_message(const reader& r) {
+// One field of a message: 0 key, 1 value, 2 envelope.
+void read_message_field(std::size_t i, field& f, message_in& m) {
+  switch (i) {
+    case 0:
+      m.key = std::string(f.str());
+      break;
+    case 1:
+      m.value = f.str();
+      if (m.value.empty()) fail(fmt::format("{} must be a non-empty string", f.path()));
+      break;
+    default:
+      read_envelope(f, m);
+      break;
+  }
+}
+
+message_in read_message(reader& r) {
   message_in m;
-  m.key = r.opt_string("key");
-  m.value = r.req_string("value");
-  if (m.value.empty()) fail(fmt::format("{} must be a non-empty string", r.path("value")));
-  if (const jvalue* env = r.find("envelope")) read_envelope(reader(*env, r, "envelope"), m);
+  r.each({"key", "value", "envelope"},
+         [&](std::size_t i, field& f) { read_message_field(i, f, m); });
+  if (m.value.empty()) required(r, "value");
   return m;
 }
 
-delivery_ref read_ref(const reader& r) {
+// The delivery a consumer names (ack, nack, extend): the fields of
+// delivery_ref. take() reads one if it is one of them.
+struct ref_reader {
   delivery_ref ref;
-  ref.topic = r.req_topic("topic");
-  ref.group = r.req_label("group");
-  ref.owner = r.req_label("owner");
-  ref.partition = static_cast<std::uint32_t>(r.req_int("partition", 0, k_u32_max));
-  ref.offset = static_cast<std::uint64_t>(r.req_int("offset", 0));
-  ref.attempts = r.opt_int("attempts", 0);
-  ref.fencing_token = r.opt_token("fencing_token");
-  return ref;
-}
+  bool partition = false, offset = false;
 
-std::string read_result(const reader& r) {
-  const jvalue* res = r.find("result");
-  return res == nullptr ? std::string{} : minified(*res);
-}
+  bool take(field& f) {
+    const std::string_view n = f.name();
+    if (n == "topic") {
+      ref.topic = topic_of(f);
+    } else if (n == "group") {
+      ref.group = label_of(f);
+    } else if (n == "owner") {
+      ref.owner = label_of(f);
+    } else if (n == "partition") {
+      ref.partition = static_cast<std::uint32_t>(f.integer(0, k_u32_max));
+      partition = true;
+    } else if (n == "offset") {
+      ref.offset = static_cast<std::uint64_t>(f.integer(0, k_int_max));
+      offset = true;
+    } else if (n == "attempts") {
+      ref.attempts = f.integer(0, k_int_max);
+    } else if (n == "fencing_token") {
+      ref.fencing_token = token_of(f);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // The required fields, in the order they are named in errors.
+  delivery_ref done(const reader& r) {
+    if (ref.topic.empty()) required(r, "topic");
+    if (ref.group.empty()) required(r, "group");
+    if (ref.owner.empty()) required(r, "owner");
+    if (!partition) required(r, "partition");
+    if (!offset) required(r, "offset");
+    return std::move(ref);
+  }
+};
 
 }  // namespace
 
@@ -329,81 +206,124 @@ std::string dump(const json& j) {
 
 result<create_topic_cmd> parse_create_topic(const params& p, const topic_settings& defaults) {
   return guarded<create_topic_cmd>([&] {
-    reader r = top(p);
-    r.only({"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
-            "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
-            "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
-            "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
-            "key_conflict", "key_history"});
+    reader r(p);
     create_topic_cmd c;
-    c.name = r.req_topic("name");
-    c.partitions = r.opt_int("partitions", 1).value_or(1);
     c.settings = defaults;
     auto& s = c.settings;
-    s.lease_ms = r.opt_int("lease_ms", 1).value_or(s.lease_ms);
-    s.max_attempts = r.opt_int("max_attempts", 0).value_or(s.max_attempts);
-    s.backoff_ms = r.opt_int("backoff_ms", 0).value_or(s.backoff_ms);
-    s.max_backoff_ms = r.opt_int("max_backoff_ms", 0).value_or(s.max_backoff_ms);
-    s.key_ttl_ms = r.opt_int("key_ttl_ms", 0).value_or(s.key_ttl_ms);
-    s.dedup_window_ms = r.opt_int("dedup_window_ms", 0).value_or(s.dedup_window_ms);
-    s.retention_ms = r.opt_int("retention_ms", 0).value_or(s.retention_ms);
-    s.max_backlog_messages = r.opt_int("max_backlog_messages", 0).value_or(s.max_backlog_messages);
-    s.max_backlog_bytes = r.opt_int("max_backlog_bytes", 0).value_or(s.max_backlog_bytes);
-    s.max_inflight = r.opt_int("max_inflight", 0).value_or(s.max_inflight);
-    // Source syntax (root, empty segments) is the broker's rule
-    // (validate_key_fields); the types are checked here.
-    if (auto f = r.opt_strings("idempotency_key_fields", k_max_key_fields))
-      s.idempotency_key_fields = std::move(*f);
-    s.idempotency_key_include_topic =
-        r.opt_bool("idempotency_key_include_topic").value_or(s.idempotency_key_include_topic);
-    s.idempotency_key_optional =
-        r.opt_bool("idempotency_key_optional").value_or(s.idempotency_key_optional);
-    s.dedup_by_content = r.opt_bool("dedup_by_content").value_or(s.dedup_by_content);
-    if (auto kc = r.opt_string("key_conflict")) {
-      if (*kc == "hold") {
-        s.key_conflict = topic_settings::conflict::hold;
-      } else if (*kc == "supersede") {
-        s.key_conflict = topic_settings::conflict::supersede;
-      } else {
-        fail(fmt::format("key_conflict must be \"hold\" or \"supersede\", got \"{}\"", *kc));
-      }
-    }
-    s.key_history = r.opt_bool("key_history").value_or(s.key_history);
+    r.each(
+        {"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
+         "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
+         "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
+         "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
+         "key_conflict", "key_history"},
+        [&](std::size_t i, field& f) {
+          switch (i) {
+            case 0:
+              c.name = topic_of(f);
+              break;
+            case 1:
+              c.partitions = f.integer(1, k_int_max);
+              break;
+            case 2:
+              s.lease_ms = f.integer(1, k_int_max);
+              break;
+            case 3:
+              s.max_attempts = f.integer(0, k_int_max);
+              break;
+            case 4:
+              s.backoff_ms = f.integer(0, k_int_max);
+              break;
+            case 5:
+              s.max_backoff_ms = f.integer(0, k_int_max);
+              break;
+            case 6:
+              s.key_ttl_ms = f.integer(0, k_int_max);
+              break;
+            case 7:
+              s.dedup_window_ms = f.integer(0, k_int_max);
+              break;
+            case 8:
+              s.retention_ms = f.integer(0, k_int_max);
+              break;
+            case 9:
+              s.max_backlog_messages = f.integer(0, k_int_max);
+              break;
+            case 10:
+              s.max_backlog_bytes = f.integer(0, k_int_max);
+              break;
+            case 11:
+              s.max_inflight = f.integer(0, k_int_max);
+              break;
+            case 12:
+              // Source syntax (root, empty segments) is the broker's rule
+              // (validate_key_fields); the types are checked here.
+              s.idempotency_key_fields = f.strings(k_max_key_fields);
+              break;
+            case 13:
+              s.idempotency_key_include_topic = f.boolean();
+              break;
+            case 14:
+              s.idempotency_key_optional = f.boolean();
+              break;
+            case 15:
+              s.dedup_by_content = f.boolean();
+              break;
+            case 16: {
+              const std::string_view kc = f.str();
+              if (kc == "hold") {
+                s.key_conflict = topic_settings::conflict::hold;
+              } else if (kc == "supersede") {
+                s.key_conflict = topic_settings::conflict::supersede;
+              } else {
+                fail(fmt::format("key_conflict must be \"hold\" or \"supersede\", got \"{}\"", kc));
+              }
+              break;
+            }
+            default:
+              s.key_history = f.boolean();
+              break;
+          }
+        });
+    if (c.name.empty()) required(r, "name");
     return c;
   });
 }
 
-result<void> parse_envelope(const jvalue& env, message_in& m, std::string_view where) {
-  try {
-    read_envelope(reader(env, where), m);
-    return {};
-  } catch (const bad_input& e) {
-    return make_error(errc::invalid_argument, e.message);
-  }
-}
-
 result<produce_request> parse_produce(const params& p, std::string_view idempotency_header) {
   return guarded<produce_request>([&] {
-    reader r = top(p);
+    reader r(p);
     produce_request out;
-    if (r.has("messages")) {
-      r.only({"topic", "messages", "skip_if_committed"});
-      out.batch = true;
-      out.cmd.topic = r.req_topic("topic");
-      const auto msgs = require_array(r, "messages", k_max_batch).elements();
-      out.cmd.messages.reserve(msgs.size());
-      for (std::size_t i = 0; i < msgs.size(); ++i) {
-        reader m(msgs[i], r, "messages", i);
-        m.only({"key", "value", "envelope"});
-        out.cmd.messages.push_back(read_message(m));
-      }
-    } else {
-      r.only({"topic", "key", "value", "envelope", "skip_if_committed"});
-      out.cmd.topic = r.req_topic("topic");
-      out.cmd.messages.push_back(read_message(r));
+    message_in single;
+    std::string_view first_single;  // the single form's first field, if any
+    r.each({"topic", "messages", "skip_if_committed", "key", "value", "envelope"},
+           [&](std::size_t i, field& f) {
+             switch (i) {
+               case 0:
+                 out.cmd.topic = topic_of(f);
+                 break;
+               case 1:
+                 // The batch form: the single form's fields are unknown.
+                 if (!first_single.empty()) unknown(r, first_single);
+                 out.batch = true;
+                 f.objects(k_max_batch, [&](std::size_t, reader& m) {
+                   out.cmd.messages.push_back(read_message(m));
+                 });
+                 break;
+               case 2:
+                 out.cmd.skip_if_committed = f.strings(k_max_skip_groups);
+                 break;
+               default:
+                 if (out.batch) unknown(r, f.name());
+                 if (first_single.empty()) first_single = f.name();
+                 read_message_field(i - 3, f, single);
+                 break;
+             }
+           });
+    if (out.cmd.topic.empty()) required(r, "topic");
+    if (!out.batch) {
+      if (single.value.empty()) required(r, "value");
+      out.cmd.messages.push_back(std::move(single));
     }
-    if (auto groups = r.opt_strings("skip_if_committed", k_max_skip_groups))
-      out.cmd.skip_if_committed = std::move(*groups);
     out.cmd.inspector = &json_inspector();
     if (idempotency_header.size() > k_max_idempotency_header) {
       fail(fmt::format("the Idempotency-Key header must be at most {} bytes",
@@ -416,22 +336,48 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
 
 result<consume_request> parse_consume(const params& p) {
   return guarded<consume_request>([&] {
-    reader r = top(p);
-    r.only({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms", "deadline_ms",
-            "deadline_rfc3339"});
+    reader r(p);
     consume_request out;
-    out.cmd.topic = r.req_topic("topic");
-    out.cmd.group = r.req_label("group");
-    out.cmd.owner = r.req_label("owner");
-    out.cmd.lease_ms = r.opt_int("lease_ms", 1);
-    auto max = r.opt_int("max_messages", 1, static_cast<std::int64_t>(k_max_batch));
+    std::optional<std::int64_t> max;
+    std::optional<std::string> deadline_text;
+    r.each({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms", "deadline_ms",
+            "deadline_rfc3339"},
+           [&](std::size_t i, field& f) {
+             switch (i) {
+               case 0:
+                 out.cmd.topic = topic_of(f);
+                 break;
+               case 1:
+                 out.cmd.group = label_of(f);
+                 break;
+               case 2:
+                 out.cmd.owner = label_of(f);
+                 break;
+               case 3:
+                 out.cmd.lease_ms = f.integer(1, k_int_max);
+                 break;
+               case 4:
+                 max = f.integer(1, static_cast<std::int64_t>(k_max_batch));
+                 break;
+               case 5:
+                 out.wait_ms = f.integer(0, k_max_wait_ms);
+                 break;
+               case 6:
+                 out.cmd.deadline_ms = f.integer(0, k_int_max);
+                 break;
+               default:
+                 deadline_text = std::string(f.str());
+                 break;
+             }
+           });
+    if (out.cmd.topic.empty()) required(r, "topic");
+    if (out.cmd.group.empty()) required(r, "group");
+    if (out.cmd.owner.empty()) required(r, "owner");
     out.stream = !max.has_value();
     out.cmd.max_messages = max.value_or(1);
-    out.wait_ms = r.opt_int("wait_ms", 0, k_max_wait_ms).value_or(0);
-    out.cmd.deadline_ms = r.opt_int("deadline_ms", 0);
-    if (auto d = r.opt_string("deadline_rfc3339")) {
+    if (deadline_text) {
       if (out.cmd.deadline_ms) fail("give deadline_ms or deadline_rfc3339, not both");
-      auto ms = parse_rfc3339(*d);
+      auto ms = parse_rfc3339(*deadline_text);
       if (!ms.ok()) fail(fmt::format("deadline_rfc3339 is {}", ms.err().message));
       out.cmd.deadline_ms = *ms;
     }
@@ -441,101 +387,202 @@ result<consume_request> parse_consume(const params& p) {
 
 result<ack_request> parse_ack(const params& p) {
   return guarded<ack_request>([&]() -> ack_request {
-    reader r = top(p);
-    if (r.has("acks")) {
-      r.only({"topic", "group", "owner", "acks"});
-      ack_batch_cmd b;
-      b.topic = r.req_topic("topic");
-      b.group = r.req_label("group");
-      b.owner = r.req_label("owner");
-      const auto acks = require_array(r, "acks", k_max_batch).elements();
-      b.acks.reserve(acks.size());
-      for (std::size_t i = 0; i < acks.size(); ++i) {
-        reader a(acks[i], r, "acks", i);
-        a.only({"partition", "offset", "attempts", "result", "fencing_token"});
-        ack_item item;
-        item.partition = static_cast<std::uint32_t>(a.req_int("partition", 0, k_u32_max));
-        item.offset = static_cast<std::uint64_t>(a.req_int("offset", 0));
-        item.attempts = a.opt_int("attempts", 0);
-        item.fencing_token = a.opt_token("fencing_token");
-        item.result_json = read_result(a);
-        b.acks.push_back(std::move(item));
-      }
+    reader r(p);
+    ref_reader single;
+    std::string result_json;
+    std::string_view first_single;  // the single form's first own field, if any
+    ack_batch_cmd b;
+    bool batch = false;
+    r.each({"topic", "group", "owner", "acks", "partition", "offset", "attempts", "result",
+            "fencing_token"},
+           [&](std::size_t i, field& f) {
+             if (i < 3) {
+               single.take(f);
+               return;
+             }
+             if (i == 3) {
+               // The batch form: the single form's own fields are unknown.
+               if (!first_single.empty()) unknown(r, first_single);
+               batch = true;
+               f.objects(k_max_batch, [&](std::size_t, reader& a) {
+                 ack_item item;
+                 bool partition = false, offset = false;
+                 a.each({"partition", "offset", "attempts", "result", "fencing_token"},
+                        [&](std::size_t k, field& x) {
+                          switch (k) {
+                            case 0:
+                              item.partition = static_cast<std::uint32_t>(x.integer(0, k_u32_max));
+                              partition = true;
+                              break;
+                            case 1:
+                              item.offset = static_cast<std::uint64_t>(x.integer(0, k_int_max));
+                              offset = true;
+                              break;
+                            case 2:
+                              item.attempts = x.integer(0, k_int_max);
+                              break;
+                            case 3:
+                              item.result_json = x.json();
+                              break;
+                            default:
+                              item.fencing_token = token_of(x);
+                              break;
+                          }
+                        });
+                 if (!partition) required(a, "partition");
+                 if (!offset) required(a, "offset");
+                 b.acks.push_back(std::move(item));
+               });
+               return;
+             }
+             if (batch) unknown(r, f.name());
+             if (first_single.empty()) first_single = f.name();
+             if (i == 7) {
+               result_json = f.json();
+             } else {
+               single.take(f);
+             }
+           });
+    if (batch) {
+      if (single.ref.topic.empty()) required(r, "topic");
+      if (single.ref.group.empty()) required(r, "group");
+      if (single.ref.owner.empty()) required(r, "owner");
+      b.topic = std::move(single.ref.topic);
+      b.group = std::move(single.ref.group);
+      b.owner = std::move(single.ref.owner);
       return b;
     }
-    r.only(
-        {"topic", "group", "owner", "partition", "offset", "attempts", "result", "fencing_token"});
     ack_cmd c;
-    c.ref = read_ref(r);
-    c.result_json = read_result(r);
+    c.ref = single.done(r);
+    c.result_json = std::move(result_json);
     return c;
   });
 }
 
 result<nack_cmd> parse_nack(const params& p) {
   return guarded<nack_cmd>([&] {
-    reader r = top(p);
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token", "reason",
-            "error", "delay_ms"});
+    reader r(p);
+    ref_reader ref;
     nack_cmd c;
-    c.ref = read_ref(r);
-    // "error" is DriftQ's name for the reason.
-    if (r.has("reason") && r.has("error")) fail("give reason or error, not both");
-    if (auto reason = r.opt_string("reason")) c.reason = std::move(*reason);
-    if (auto error = r.opt_string("error")) c.reason = std::move(*error);
-    c.delay_ms = r.opt_int("delay_ms", 0);
+    std::optional<std::string> reason, error;
+    r.each({"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token", "reason",
+            "error", "delay_ms"},
+           [&](std::size_t i, field& f) {
+             if (i == 7) {
+               reason = std::string(f.str());
+             } else if (i == 8) {
+               error = std::string(f.str());  // DriftQ's name for the reason
+             } else if (i == 9) {
+               c.delay_ms = f.integer(0, k_int_max);
+             } else {
+               ref.take(f);
+             }
+           });
+    c.ref = ref.done(r);
+    if (reason && error) fail("give reason or error, not both");
+    if (reason) c.reason = std::move(*reason);
+    if (error) c.reason = std::move(*error);
     return c;
   });
 }
 
 result<extend_cmd> parse_extend(const params& p) {
   return guarded<extend_cmd>([&] {
-    reader r = top(p);
-    r.only({"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token",
-            "lease_ms"});
+    reader r(p);
+    ref_reader ref;
+    std::optional<std::int64_t> lease_ms;
+    r.each(
+        {"topic", "group", "owner", "partition", "offset", "attempts", "fencing_token", "lease_ms"},
+        [&](std::size_t i, field& f) {
+          if (i == 7) {
+            lease_ms = f.integer(1, k_int_max);
+          } else {
+            ref.take(f);
+          }
+        });
     extend_cmd c;
-    c.ref = read_ref(r);
-    c.lease_ms = r.req_int("lease_ms", 1);
+    c.ref = ref.done(r);
+    if (!lease_ms) required(r, "lease_ms");
+    c.lease_ms = *lease_ms;
     return c;
   });
 }
 
 result<key_request> parse_key_query(const params& p) {
   return guarded<key_request>([&] {
-    reader r = top(p);
-    r.only({"topic", "group", "key", "tenant_id", "wait_ms"});
+    reader r(p);
     key_request out;
-    out.q.topic = r.req_topic("topic");
-    out.q.group = r.req_label("group");
-    out.q.key = r.req_string("key");
-    if (out.q.key.empty()) fail("key must be a non-empty string");
-    out.q.tenant_id = r.opt_string("tenant_id").value_or("");
-    out.wait_ms = r.opt_int("wait_ms", 0, k_max_wait_ms).value_or(0);
+    std::optional<std::string> key;
+    r.each({"topic", "group", "key", "tenant_id", "wait_ms"}, [&](std::size_t i, field& f) {
+      switch (i) {
+        case 0:
+          out.q.topic = topic_of(f);
+          break;
+        case 1:
+          out.q.group = label_of(f);
+          break;
+        case 2:
+          key = std::string(f.str());
+          break;
+        case 3:
+          out.q.tenant_id = f.str();
+          break;
+        default:
+          out.wait_ms = f.integer(0, k_max_wait_ms);
+          break;
+      }
+    });
+    if (out.q.topic.empty()) required(r, "topic");
+    if (out.q.group.empty()) required(r, "group");
+    if (!key) required(r, "key");
+    if (key->empty()) fail("key must be a non-empty string");
+    out.q.key = std::move(*key);
     return out;
   });
 }
 
 result<key_query> parse_key_history_query(const params& p) {
   return guarded<key_query>([&] {
-    reader r = top(p);
-    r.only({"topic", "group", "key", "tenant_id"});
+    reader r(p);
     key_query q;
-    q.topic = r.req_topic("topic");
-    q.group = r.req_label("group");
-    q.key = r.req_string("key");
-    if (q.key.empty()) fail("key must be a non-empty string");
-    q.tenant_id = r.opt_string("tenant_id").value_or("");
+    std::optional<std::string> key;
+    r.each({"topic", "group", "key", "tenant_id"}, [&](std::size_t i, field& f) {
+      switch (i) {
+        case 0:
+          q.topic = topic_of(f);
+          break;
+        case 1:
+          q.group = label_of(f);
+          break;
+        case 2:
+          key = std::string(f.str());
+          break;
+        default:
+          q.tenant_id = f.str();
+          break;
+      }
+    });
+    if (q.topic.empty()) required(r, "topic");
+    if (q.group.empty()) required(r, "group");
+    if (!key) required(r, "key");
+    if (key->empty()) fail("key must be a non-empty string");
+    q.key = std::move(*key);
     return q;
   });
 }
 
 result<redrive_cmd> parse_redrive(const params& p) {
   return guarded<redrive_cmd>([&] {
-    reader r = top(p);
-    r.only({"topic", "max_messages"});
+    reader r(p);
     redrive_cmd c;
-    c.topic = r.req_topic("topic");
-    c.max_messages = r.opt_int("max_messages", 1);
+    r.each({"topic", "max_messages"}, [&](std::size_t i, field& f) {
+      if (i == 0) {
+        c.topic = topic_of(f);
+      } else {
+        c.max_messages = f.integer(1, k_int_max);
+      }
+    });
+    if (c.topic.empty()) required(r, "topic");
     return c;
   });
 }
@@ -771,30 +818,7 @@ namespace {
 class json_message_inspector final : public message_inspector {
  public:
   result<std::string> field(std::string_view doc, std::string_view dot_path) const override {
-    jdoc d;
-    if (!d.parse(doc)) return make_error(errc::invalid_argument, "the document is not JSON");
-    const jvalue* v = &d.root();
-    std::string_view rest = dot_path;
-    for (;;) {
-      auto dot = rest.find('.');
-      if (!v->is_object()) return make_error(errc::not_found, "absent");
-      v = v->find(rest.substr(0, dot));
-      if (v == nullptr) return make_error(errc::not_found, "absent");
-      if (dot == std::string_view::npos) break;
-      rest.remove_prefix(dot + 1);
-    }
-    switch (v->type()) {
-      case jtype::null:
-        return make_error(errc::not_found, "null");
-      case jtype::string:
-        return std::string(v->str());
-      case jtype::number:
-        return std::string(v->number_text());
-      case jtype::boolean:
-        return std::string(v->as_bool() ? "true" : "false");
-      default:
-        return make_error(errc::invalid_argument, "names an object or array, not a value");
-    }
+    return json_field(doc, dot_path);
   }
 
   std::string sha256_hex(std::string_view bytes) const override {

@@ -9,6 +9,10 @@
 // errc::invalid_argument with a message naming the field. Commands own
 // their strings: they outlive the params they were read from.
 //
+// Each parse_* reads its params in one pass (http/params.hpp: simdjson
+// on-demand for JSON bodies), fields in the order the client wrote them:
+// a body with several faults is answered with the first one met.
+//
 // Thread safety: free functions without shared state.
 
 #include <string>
@@ -20,7 +24,7 @@
 
 #include "broker/commands.hpp"
 #include "broker/limits.hpp"
-#include "http/json.hpp"
+#include "http/json_write.hpp"
 #include "http/params.hpp"
 #include "storage/base/result.hpp"
 
@@ -46,11 +50,6 @@ struct produce_request {
 };
 // POST /v1/produce; idempotency_header is the Idempotency-Key header ("" if none).
 result<produce_request> parse_produce(const params& p, std::string_view idempotency_header);
-
-// One envelope (the object) into m: the fields the broker acts on, and
-// m.envelope_json = the envelope as sent, minified (keys in the producer's
-// order). where prefixes messages.
-result<void> parse_envelope(const jvalue& env, message_in& m, std::string_view where = "envelope");
 
 struct consume_request {
   consume_cmd cmd;
@@ -94,8 +93,8 @@ nlohmann::json to_json(const dlq_origin& d);
 // GET /v1/keys/history: {"events":[{"event","at_ms",...},...]}.
 nlohmann::json to_json(const key_history& h);
 
-// The broker's message_inspector: dot paths into JSON with http/json's
-// parser, SHA-256 with OpenSSL. Stateless; any thread.
+// The broker's message_inspector: dot paths into JSON with json_field
+// (http/params.hpp), SHA-256 with OpenSSL. Stateless; any thread.
 const message_inspector& json_inspector();
 
 // Serializes compactly; invalid UTF-8 is replaced, never thrown.

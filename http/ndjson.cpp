@@ -1,7 +1,7 @@
 #include "http/ndjson.hpp"
 
 #include "http/codec.hpp"
-#include "http/json.hpp"
+#include "http/json_write.hpp"
 
 namespace onceq::http {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "broker/commands.hpp"
-#include "http/json.hpp"  // append_json_string
+#include "http/json_write.hpp"  // append_json_string
 
 namespace onceq::http {
 

@@ -325,7 +325,7 @@ asio::awaitable<reply> router::version(call&) {
 }
 
 asio::awaitable<reply> router::create_topic(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto cmd = parse_create_topic(*p, opts_.topic_defaults);
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
@@ -368,7 +368,7 @@ asio::awaitable<reply> router::delete_topic(call& c) {
 }
 
 asio::awaitable<reply> router::produce(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto pr = parse_produce(*p, c.req["Idempotency-Key"]);
   if (!pr.ok()) co_return error_reply(pr.err(), c);
@@ -387,7 +387,7 @@ asio::awaitable<reply> router::produce(call& c) {
 }
 
 asio::awaitable<reply> router::consume(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto cr = parse_consume(*p);
   if (!cr.ok()) co_return error_reply(cr.err(), c);
@@ -420,7 +420,7 @@ asio::awaitable<reply> router::consume(call& c) {
 }
 
 asio::awaitable<reply> router::ack(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto ar = parse_ack(*p);
   if (!ar.ok()) co_return error_reply(ar.err(), c);
@@ -445,7 +445,7 @@ asio::awaitable<reply> router::ack(call& c) {
 }
 
 asio::awaitable<reply> router::nack(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto nr = parse_nack(*p);
   if (!nr.ok()) co_return error_reply(nr.err(), c);
@@ -458,7 +458,7 @@ asio::awaitable<reply> router::nack(call& c) {
 }
 
 asio::awaitable<reply> router::extend(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto er = parse_extend(*p);
   if (!er.ok()) co_return error_reply(er.err(), c);
@@ -471,7 +471,7 @@ asio::awaitable<reply> router::extend(call& c) {
 }
 
 asio::awaitable<reply> router::keys(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto kr = parse_key_query(*p);
   if (!kr.ok()) co_return error_reply(kr.err(), c);
@@ -483,7 +483,7 @@ asio::awaitable<reply> router::keys(call& c) {
 }
 
 asio::awaitable<reply> router::key_history(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto q = parse_key_history_query(*p);
   if (!q.ok()) co_return error_reply(q.err(), c);
@@ -496,7 +496,7 @@ asio::awaitable<reply> router::key_history(call& c) {
 }
 
 asio::awaitable<reply> router::redrive(call& c) {
-  auto p = read_params(c.req.body(), c.query);
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
   auto rr = parse_redrive(*p);
   if (!rr.ok()) co_return error_reply(rr.err(), c);

@@ -34,6 +34,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "http/access_log.hpp"
+#include "http/params.hpp"  // k_json_padding
 #include "http/request_id.hpp"
 #include "storage/base/log.hpp"
 
@@ -246,6 +247,13 @@ asio::awaitable<void> basic_session<Stream>::run() {
       // Beast's 64 KiB per read) makes that one or two reads.
       if (auto len = parser.content_length(); len && *len > buffer_.capacity() - buffer_.size()) {
         buffer_.reserve(std::min<std::uint64_t>(*len, k_max_read_bytes) + buffer_.size());
+      }
+      // The body's string gets simdjson's padding past its end now (Beast
+      // then reserves only the Content-Length, which does not shrink it),
+      // so read_params parses it in place instead of copying it. A chunked
+      // body, of unknown length, is copied there instead.
+      if (auto len = parser.content_length(); len && *len <= opts_.max_body_bytes) {
+        parser.get().body().reserve(static_cast<std::size_t>(*len) + k_json_padding);
       }
       tcp().expires_after(ms(opts_.idle_timeout_ms));
       auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, k_tuple);

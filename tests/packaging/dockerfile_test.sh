@@ -33,7 +33,7 @@ check "apt-get install in the Dockerfile installs only the .deb (extra: ${bad:-n
 
 # Every package deps.sh lists is a real line of its list (sanity: the list parses).
 pkgs=$(sed -n '/^packages=(/,/^)/p' "$src/scripts/deps.sh" | sed '1d;$d' | tr -s ' \n' '\n' | sed '/^$/d')
-for p in libtomlplusplus-dev libcli11-dev dpkg-dev; do
+for p in libtomlplusplus-dev libcli11-dev dpkg-dev libsimdjson-dev; do
   check "scripts/deps.sh installs $p" grep -qx "$p" <<<"$pkgs"
 done
 

@@ -160,17 +160,6 @@ TEST(CodecSpeed, DISABLED_ParseSpeedProduceAndAck) {
   std::printf(
       "ack     (%zu-byte body, %d acks):     nlohmann %.0f ns/msg, new %.0f ns/msg (x%.1f)\n",
       ack.size(), k_messages, old_ack, fast_ack, old_ack / fast_ack);
-  // Parsing alone.
-  const double parse_old = ns_per_message(
-      [](const std::string& b) { return json::parse(b, nullptr, false).size(); }, produce);
-  const double parse_new = ns_per_message(
-      [](const std::string& b) {
-        jdoc d;
-        return d.parse(b) ? d.root().size() : 0;
-      },
-      produce);
-  std::printf("parse only, produce body: nlohmann %.0f ns/msg, jdoc %.0f ns/msg (x%.1f)\n",
-              parse_old, parse_new, parse_old / parse_new);
 }
 
 }  // namespace

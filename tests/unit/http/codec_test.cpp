@@ -11,14 +11,10 @@ using json = nlohmann::json;
 
 // The params of a JSON body (its text is kept by the document).
 params body(const json& j) {
-  params p;
-  EXPECT_TRUE(p.doc.parse_copy(j.dump()));
-  return p;
+  return params::json(j.dump());
 }
 params body_text(std::string text) {
-  params p;
-  EXPECT_TRUE(p.doc.parse_copy(std::move(text)));
-  return p;
+  return params::json(text);
 }
 params query(std::string_view q) {
   return std::move(read_params("", q).value());

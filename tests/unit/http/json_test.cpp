@@ -1,55 +1,42 @@
-#include "http/json.hpp"
-
+// Reading JSON is simdjson's (http/params.hpp); these check what the
+// server accepts and echoes, through its two entry points: json_field
+// (a whole document: the broker's message inspector) and an ack's free-form
+// result read by the codec (a value inside a body, stored minified). And
+// the one writer path (http/json_write.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "http/codec.hpp"
+#include "http/json_write.hpp"
+#include "http/params.hpp"
 
 namespace onceq::http {
 namespace {
 
 using json = nlohmann::json;
 
-// The DOM as nlohmann::json, to compare with what nlohmann reads.
-json to_nlohmann(const jvalue& v) {
-  switch (v.type()) {
-    case jtype::null:
-      return nullptr;
-    case jtype::boolean:
-      return v.as_bool();
-    case jtype::number:
-      return json::parse(v.number_text());
-    case jtype::string:
-      return std::string(v.str());
-    case jtype::array: {
-      json a = json::array();
-      for (const jvalue& e : v.elements()) a.push_back(to_nlohmann(e));
-      return a;
-    }
-    case jtype::object: {
-      json o = json::object();
-      for (const jmember& m : v.members()) o[std::string(m.key)] = to_nlohmann(m.value);
-      return o;
-    }
-  }
-  return nullptr;
-}
-
+// Whether text is a whole JSON document to the server.
 bool accepts(std::string_view text) {
-  jdoc doc;
-  return doc.parse(text);
+  auto r = json_field(text, "no.such.field");
+  return r.ok() || r.code() != errc::invalid_argument;
 }
 
-json_error error_of(std::string_view text) {
-  jdoc doc;
-  json_error e;
-  EXPECT_FALSE(doc.parse(text, &e)) << text;
-  return e;
+// text as an ack's result: the stored (minified) result, or "! message".
+std::string as_result(std::string_view text) {
+  const std::string body =
+      R"({"topic":"t","group":"g","owner":"o","partition":0,"offset":0,"result":)" +
+      std::string(text) + "}";
+  auto a = parse_ack(params::json(body));
+  if (!a.ok()) return "! " + a.err().message;
+  return std::get<ack_cmd>(*a).result_json;
 }
 
 // ---- what is accepted ----------------------------------------------------------
@@ -89,13 +76,14 @@ TEST(JsonTest, ValidTextsMatchNlohmann) {
       R"([1,"a",true,false,null,{"k":[-1.5e-3]}])",
   };
   for (const std::string& text : valid) {
-    SCOPED_TRACE(text);
+    SCOPED_TRACE(::testing::PrintToString(text));
     ASSERT_TRUE(json::accept(text));  // the corpus itself is right
-    jdoc doc;
-    json_error e;
-    ASSERT_TRUE(doc.parse(text, &e)) << e.message << " at " << e.offset;
-    EXPECT_EQ(to_nlohmann(doc.root()), json::parse(text));
-    EXPECT_EQ(json::parse(minified(doc.root())), json::parse(text));
+    EXPECT_TRUE(accepts(text));
+    if (text.starts_with("\xEF\xBB\xBF")) continue;  // a BOM only starts a document
+    if (text == "null") continue;                    // never a valid field value
+    const std::string stored = as_result(text);
+    ASSERT_FALSE(stored.starts_with("!")) << stored;
+    EXPECT_EQ(json::parse(stored), json::parse(text));
   }
 }
 
@@ -201,114 +189,69 @@ TEST(JsonTest, InvalidTextsAreRejectedAsByNlohmann) {
     SCOPED_TRACE(::testing::PrintToString(text));
     ASSERT_FALSE(json::accept(text));  // the corpus itself is right
     EXPECT_FALSE(accepts(text));
+    EXPECT_EQ(as_result(text), "! malformed JSON body");
   }
 }
 
 TEST(JsonTest, NulAfterTheValueIsTrailingText) {
   // nlohmann takes a NUL byte outside strings for the end of the input and
-  // ignores what follows; this parser does not.
+  // ignores what follows; the server does not.
   const std::string text("{}\0garbage", 10);
   EXPECT_TRUE(json::accept(text));
-  EXPECT_EQ(error_of(text).message, "unexpected text after the value");
+  EXPECT_FALSE(accepts(text));
 }
 
-TEST(JsonTest, ErrorsSayWhatAndWhere) {
-  json_error e = error_of(R"({"a": tru})");
-  EXPECT_EQ(e.code, json_errc::syntax);
-  EXPECT_EQ(e.offset, 6u);
-  e = error_of("{\"a\":\"x\x01\"}");
-  EXPECT_EQ(e.message, "control character in string");
-  EXPECT_EQ(e.offset, 7u);
-  e = error_of("[\"\xC0\xAF\"]");
-  EXPECT_EQ(e.message, "invalid UTF-8 in string");
-  EXPECT_EQ(e.offset, 2u);
-  EXPECT_EQ(error_of(R"("\ud800")").message, "high surrogate not followed by a low surrogate");
-  EXPECT_EQ(error_of(R"("\udc00")").message, "lone low surrogate in string");
-  EXPECT_EQ(error_of("1e400").message, "number out of range");
-  EXPECT_EQ(error_of("{} x").message, "unexpected text after the value");
+TEST(JsonTest, FieldsByPath) {
+  const std::string doc =
+      R"({"a":{"b":[1],"n":null,"s":"x\ty","t":true,"num":-1.50e3},"\u0063":7})";
+  EXPECT_EQ(json_field(doc, "a.s").value(), "x\ty");
+  EXPECT_EQ(json_field(doc, "a.num").value(), "-1.50e3");  // numbers as written
+  EXPECT_EQ(json_field(doc, "a.t").value(), "true");
+  EXPECT_EQ(json_field(doc, "c").value(), "7");  // keys compared decoded
+  EXPECT_EQ(json_field(doc, "a.n").code(), errc::not_found);
+  EXPECT_EQ(json_field(doc, "a.zz").code(), errc::not_found);
+  EXPECT_EQ(json_field(doc, "a.s.x").code(), errc::not_found);
+  EXPECT_EQ(json_field(doc, "a.b").code(), errc::invalid_argument);  // an array
+  EXPECT_EQ(json_field("[1]", "a").code(), errc::not_found);
+  EXPECT_EQ(json_field(R"({"a":1,"a":2})", "a").code(), errc::invalid_argument);
+  EXPECT_EQ(json_field(R"({"a":1,"b":[})", "a").code(), errc::invalid_argument);
 }
 
-TEST(JsonTest, NumbersKeepTheirText) {
-  jdoc doc;
-  ASSERT_TRUE(doc.parse(R"([0,-12,1.50,2e3,-0,18446744073709551616])"));
-  auto e = doc.root().elements();
-  ASSERT_EQ(e.size(), 6u);
-  EXPECT_TRUE(e[0].is_integer());
-  EXPECT_EQ(e[1].number_text(), "-12");
-  EXPECT_TRUE(e[1].is_integer());
-  EXPECT_EQ(e[2].number_text(), "1.50");
-  EXPECT_FALSE(e[2].is_integer());
-  EXPECT_TRUE(e[2].is_number());
-  EXPECT_FALSE(e[3].is_integer());
-  EXPECT_TRUE(e[4].is_integer());
-  EXPECT_EQ(e[5].number_text(), "18446744073709551616");
-  EXPECT_TRUE(e[5].is_integer());
-  EXPECT_EQ(e[5].str(), "");  // not a string
+TEST(JsonTest, NumbersAndStringsKeepTheirText) {
+  EXPECT_EQ(as_result(R"([0,-12,1.50,2e3,-0,18446744073709551616])"),
+            R"([0,-12,1.50,2e3,-0,18446744073709551616])");
+  // Escapes stay as written; whitespace outside strings goes.
+  EXPECT_EQ(as_result(R"( [ "\u00e9\/" , "\\ \"" , { "b" : "c \" d\n" } ] )"),
+            R"(["\u00e9\/","\\ \"",{"b":"c \" d\n"}])");
+  EXPECT_EQ(as_result("\"a\\u0000b\""), "\"a\\u0000b\"");
+  EXPECT_EQ(as_result(" -1.5e3 "), "-1.5e3");
+  EXPECT_EQ(as_result("null"), "! result must not be null");
 }
 
-TEST(JsonTest, StringsAreViewedInPlaceOrDecoded) {
-  const std::string text = R"({"plain":"abc","esc":"a\nb\u00e9\ud83d\ude00","k\"ey":1})";
-  jdoc doc;
-  ASSERT_TRUE(doc.parse(text));
-  const jvalue* plain = doc.root().find("plain");
-  ASSERT_NE(plain, nullptr);
-  EXPECT_EQ(plain->str(), "abc");
-  // No escape: a view of the input itself.
-  EXPECT_GE(plain->str().data(), text.data());
-  EXPECT_LT(plain->str().data(), text.data() + text.size());
-  EXPECT_EQ(doc.root().find("esc")->str(), "a\nb\xC3\xA9\xF0\x9F\x98\x80");
-  EXPECT_EQ(doc.root().find("esc")->raw(), R"("a\nb\u00e9\ud83d\ude00")");
-  EXPECT_NE(doc.root().find("k\"ey"), nullptr);
-  EXPECT_EQ(doc.root().find("missing"), nullptr);
-
-  jdoc nul;
-  ASSERT_TRUE(nul.parse(R"("a\u0000b")"));
-  EXPECT_EQ(nul.root().str(), std::string_view("a\0b", 3));
-}
-
-TEST(JsonTest, SpecialBytesAtEveryPositionOfAWord) {
-  // The string scanner reads 8 bytes at a time: put each kind of special
-  // byte at each offset of the first words.
+TEST(JsonTest, SpecialBytesAtEveryPosition) {
   const std::vector<std::pair<std::string, std::string>> specials = {
       {"\\n", "\n"},
       {"\\\"", "\""},
       {"\xC3\xA9", "\xC3\xA9"},
       {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"}};
-  for (std::size_t pos = 0; pos < 20; ++pos) {
+  for (std::size_t pos = 0; pos < 70; ++pos) {
     for (const auto& [written, decoded] : specials) {
       const std::string text =
-          "\"" + std::string(pos, 'x') + written + std::string(20 - pos, 'y') + "\"";
-      jdoc doc;
-      ASSERT_TRUE(doc.parse(text)) << pos;
-      EXPECT_EQ(doc.root().str(), std::string(pos, 'x') + decoded + std::string(20 - pos, 'y'));
+          "{\"a\":\"" + std::string(pos, 'x') + written + std::string(70 - pos, 'y') + "\"}";
+      ASSERT_EQ(json_field(text, "a").value(),
+                std::string(pos, 'x') + decoded + std::string(70 - pos, 'y'))
+          << pos;
     }
-    std::string bad = "\"" + std::string(pos, 'x') + "\x01" + std::string(20 - pos, 'y') + "\"";
-    EXPECT_FALSE(accepts(bad)) << pos;
-    std::string bad_utf8 =
-        "\"" + std::string(pos, 'x') + "\xC0\x80" + std::string(20 - pos, 'y') + "\"";
-    EXPECT_FALSE(accepts(bad_utf8)) << pos;
-    // Unterminated at every length.
-    EXPECT_FALSE(accepts("\"" + std::string(pos, 'x'))) << pos;
+    EXPECT_FALSE(accepts("\"" + std::string(pos, 'x') + "\x01" + std::string(70 - pos, 'y') + "\""))
+        << pos;
+    EXPECT_FALSE(
+        accepts("\"" + std::string(pos, 'x') + "\xC0\x80" + std::string(70 - pos, 'y') + "\""))
+        << pos;
+    EXPECT_FALSE(accepts("\"" + std::string(pos, 'x'))) << pos;  // unterminated
   }
 }
 
 // ---- structure -----------------------------------------------------------------------
-
-TEST(JsonTest, ObjectsKeepInputOrder) {
-  jdoc doc;
-  ASSERT_TRUE(doc.parse(R"({"z":1,"a":2,"m":{"y":true,"b":false}})"));
-  auto m = doc.root().members();
-  ASSERT_EQ(m.size(), 3u);
-  EXPECT_EQ(m[0].key, "z");
-  EXPECT_EQ(m[1].key, "a");
-  EXPECT_EQ(m[2].key, "m");
-  EXPECT_EQ(m[2].value.members()[0].key, "y");
-  EXPECT_TRUE(m[2].value.members()[0].value.as_bool());
-  EXPECT_FALSE(m[2].value.members()[1].value.as_bool());
-  EXPECT_EQ(doc.root().size(), 3u);
-  EXPECT_TRUE(m[0].value.members().empty());  // not an object
-  EXPECT_TRUE(m[0].value.elements().empty());
-}
 
 TEST(JsonTest, NestingLimit) {
   auto nested = [](int levels) {
@@ -316,107 +259,43 @@ TEST(JsonTest, NestingLimit) {
            std::string(static_cast<std::size_t>(levels), ']');
   };
   EXPECT_TRUE(accepts(nested(k_max_json_depth)));
-  EXPECT_EQ(error_of(nested(k_max_json_depth + 1)).code, json_errc::too_deep);
-  // Objects count the same; strings do not.
+  EXPECT_FALSE(accepts(nested(k_max_json_depth + 1)));
+  // A result sits at depth 2 of its body: 62 more levels are fine.
+  EXPECT_EQ(as_result(nested(k_max_json_depth - 1)), nested(k_max_json_depth - 1));
+  EXPECT_EQ(as_result(nested(k_max_json_depth)), "! JSON body nested deeper than 64 levels");
   std::string objects;
-  for (int i = 0; i < k_max_json_depth; ++i) objects += R"({"a":)";
-  EXPECT_TRUE(accepts(objects + "1" + std::string(k_max_json_depth, '}')));
-  EXPECT_EQ(error_of(objects + "[]" + std::string(k_max_json_depth, '}')).code,
-            json_errc::too_deep);
+  for (int i = 0; i < k_max_json_depth - 1; ++i) objects += R"({"a":)";
+  EXPECT_FALSE(as_result(objects + "1" + std::string(k_max_json_depth - 1, '}')).starts_with("!"));
+  EXPECT_EQ(as_result(objects + "[]" + std::string(k_max_json_depth - 1, '}')),
+            "! JSON body nested deeper than 64 levels");
   EXPECT_TRUE(accepts("\"" + std::string(10000, '[') + "\""));
   // Huge or unbalanced depth: an error, never a crash.
-  EXPECT_EQ(error_of(std::string(1'000'000, '[')).code, json_errc::too_deep);
-  EXPECT_EQ(error_of(nested(1'000'000)).code, json_errc::too_deep);
-  EXPECT_EQ(error_of(std::string(1'000'000, ']')).code, json_errc::syntax);
-  EXPECT_EQ(error_of(std::string(1'000'000, '{')).code, json_errc::syntax);  // '{' is not a key
+  EXPECT_FALSE(accepts(std::string(1'000'000, '[')));
+  EXPECT_FALSE(accepts(nested(1'000'000)));
+  EXPECT_FALSE(accepts(std::string(1'000'000, ']')));
+  EXPECT_FALSE(accepts(std::string(1'000'000, '{')));
+  EXPECT_TRUE(as_result(nested(1'000'000)).starts_with("! "));
 }
 
-TEST(JsonTest, DuplicateKeysAreErrorsNamingThePath) {
-  json_error e = error_of(R"({"a":1,"b":2,"a":3})");
-  EXPECT_EQ(e.code, json_errc::duplicate_key);
-  EXPECT_EQ(e.message, "duplicate key 'a'");
-  EXPECT_EQ(e.path, "a");
-  e = error_of(R"({"messages":[{"v":1},{"v":2},{"envelope":{"x":[],"x":{}}}]})");
-  EXPECT_EQ(e.code, json_errc::duplicate_key);
-  EXPECT_EQ(e.path, "messages[2].envelope.x");
-  e = error_of(R"([[0,[1,{"k":1,"k":2}]]])");
-  EXPECT_EQ(e.path, "[0][1][1].k");
-  // Decoded keys compare: "\u0061" is "a".
-  EXPECT_EQ(error_of(R"({"a":1,"\u0061":2})").code, json_errc::duplicate_key);
+TEST(JsonTest, DuplicateKeysInResultsAreErrorsNamingThePath) {
+  EXPECT_EQ(as_result(R"({"a":1,"b":2,"a":3})"), "! duplicate field 'result.a' in the JSON body");
+  EXPECT_EQ(as_result(R"([[0,[1,{"k":1,"k":2}]]])"),
+            "! duplicate field 'result[0][1][1].k' in the JSON body");
+  EXPECT_EQ(as_result(R"({"a":1,"\u0061":2})"), "! duplicate field 'result.a' in the JSON body");
   // Large objects (sorted check) too, wherever the pair is.
   for (int dup_at : {0, 17, 99}) {
     std::string big = "{";
     for (int i = 0; i < 100; ++i)
       big += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
     big += "\"k" + std::to_string(dup_at) + "\":0}";
-    e = error_of(big);
-    EXPECT_EQ(e.code, json_errc::duplicate_key);
-    EXPECT_EQ(e.path, "k" + std::to_string(dup_at));
+    EXPECT_EQ(as_result(big),
+              "! duplicate field 'result.k" + std::to_string(dup_at) + "' in the JSON body");
   }
   std::string wide = "{";
   for (int i = 0; i < 5000; ++i) wide += (i ? ",\"" : "\"") + std::to_string(i) + "\":" + "[]";
-  EXPECT_TRUE(accepts(wide + "}"));
+  EXPECT_FALSE(as_result(wide + "}").starts_with("!"));
   // Equal keys in different objects are fine.
-  EXPECT_TRUE(accepts(R"([{"a":1},{"a":2}])"));
-}
-
-TEST(JsonTest, RawSpansAndMinify) {
-  const std::string text =
-      " { \"a\" : [ 1 , \"x y\" , { \"b\" : \"c \\\" d\\n\" } ] ,\n\t\"e\":{\"f\":[]},\"g\" : "
-      "-1.5e3 } ";
-  jdoc doc;
-  ASSERT_TRUE(doc.parse(text));
-  const jvalue& root = doc.root();
-  EXPECT_EQ(root.raw(), text.substr(1, text.size() - 2));
-  EXPECT_FALSE(root.compact());
-  const jvalue* a = root.find("a");
-  EXPECT_EQ(a->raw(), R"([ 1 , "x y" , { "b" : "c \" d\n" } ])");
-  EXPECT_EQ(minified(*a), R"([1,"x y",{"b":"c \" d\n"}])");
-  EXPECT_EQ(a->elements()[1].raw(), R"("x y")");
-  EXPECT_EQ(root.find("e")->raw(), R"({"f":[]})");
-  EXPECT_TRUE(root.find("e")->compact());
-  EXPECT_EQ(root.find("g")->raw(), "-1.5e3");
-  EXPECT_EQ(minified(root), R"({"a":[1,"x y",{"b":"c \" d\n"}],"e":{"f":[]},"g":-1.5e3})");
-  // Escapes stay as written.
-  ASSERT_TRUE(doc.parse(R"( [ "\u00e9\/" , "\\ \"" ] )"));
-  EXPECT_EQ(minified(doc.root()), R"(["\u00e9\/","\\ \""])");
-  std::string out = "prefix:";
-  append_minified(out, doc.root().elements()[0]);
-  EXPECT_EQ(out, R"(prefix:"\u00e9\/")");
-  // A default value is null.
-  EXPECT_EQ(minified(jvalue{}), "null");
-}
-
-TEST(JsonTest, DocumentsMoveWithTheirValues) {
-  jdoc moved;
-  {
-    jdoc doc;
-    ASSERT_TRUE(doc.parse_copy(R"({"s":"a\tb","n":[1]})"));  // short: SSO text
-    moved = std::move(doc);
-  }
-  EXPECT_EQ(moved.root().find("s")->str(), "a\tb");
-  EXPECT_EQ(moved.root().find("n")->raw(), "[1]");
-  jdoc other(std::move(moved));
-  EXPECT_EQ(other.root().find("s")->raw(), R"("a\tb")");
-  // A failed parse leaves an empty document.
-  EXPECT_FALSE(other.parse("{"));
-  EXPECT_TRUE(other.root().is_null());
-}
-
-TEST(JsonTest, ManyValuesAndReuse) {
-  std::string big = "[";
-  for (int i = 0; i < 20000; ++i)
-    big += (i ? "," : "") + std::string(R"({"i":)") + std::to_string(i) + "}";
-  big += "]";
-  for (int round = 0; round < 2; ++round) {
-    jdoc doc;
-    ASSERT_TRUE(doc.parse(big));
-    ASSERT_EQ(doc.root().size(), 20000u);
-    EXPECT_EQ(doc.root().elements()[19999].find("i")->number_text(), "19999");
-    jdoc small;
-    ASSERT_TRUE(small.parse(R"([1,[2,[3]]])"));
-    EXPECT_EQ(small.root().elements()[1].elements()[1].elements()[0].number_text(), "3");
-  }
+  EXPECT_EQ(as_result(R"([{"a":1},{"a":2}])"), R"([{"a":1},{"a":2}])");
 }
 
 // ---- writers -------------------------------------------------------------------------
@@ -428,9 +307,8 @@ TEST(JsonTest, StringWriterRoundTrips) {
   std::string out;
   append_json_string(out, all);
   EXPECT_EQ(json::parse(out), all);
-  jdoc doc;
-  ASSERT_TRUE(doc.parse(out));
-  EXPECT_EQ(doc.root().str(), all);
+  // And simdjson reads back what was written.
+  EXPECT_EQ(json_field("{\"a\":" + out + "}", "a").value(), all);
   out.clear();
   append_json_int(out, std::int64_t{-9223372036854775807 - 1});
   out += ',';
@@ -636,34 +514,26 @@ TEST(JsonTest, AgreesWithNlohmannOnRandomTexts) {
     std::string text = gen.value(4, i % 8 == 0);
     if (i % 2 == 1) text = gen.mutate(std::move(text));
     SCOPED_TRACE(::testing::PrintToString(text));
-    jdoc doc;
-    json_error e;
-    const bool ours = doc.parse(text, &e);
+    const bool ours = accepts(text);
     const bool theirs = json::accept(text);
-    if (!ours && theirs && e.code == json_errc::duplicate_key) {
-      ASSERT_TRUE(has_duplicate_keys(text));  // nlohmann accepts them
-      ++duplicates;
+    if (!ours && theirs && has_duplicate_keys(text)) {
+      ++duplicates;  // nlohmann accepts them
       continue;
     }
-    if (ours) {
-      ASSERT_FALSE(has_duplicate_keys(text));
-    }
-    ASSERT_EQ(ours, theirs) << (ours ? "" : e.message);
+    ASSERT_EQ(ours, theirs);
     if (!ours) {
       ++rejected;
       continue;
     }
     ++accepted;
-    const json expected = json::parse(text);
-    ASSERT_EQ(to_nlohmann(doc.root()), expected);
-    const std::string mini = minified(doc.root());
-    ASSERT_EQ(json::parse(mini), expected) << mini;
-    // Minified means no whitespace outside strings: nlohmann's dump is as
-    // long once strings are written alike.
-    jdoc again;
-    ASSERT_TRUE(again.parse(mini));
-    ASSERT_TRUE(again.root().compact());
-    ASSERT_EQ(minified(again.root()), mini);
+    ASSERT_FALSE(has_duplicate_keys(text));
+    // As a result: stored minified, the same JSON.
+    if (text.starts_with("\xEF\xBB\xBF")) continue;  // a BOM only starts a document
+    const std::string stored = as_result(text);
+    if (stored == "! result must not be null") continue;
+    ASSERT_FALSE(stored.starts_with("!")) << stored;
+    ASSERT_EQ(json::parse(stored), json::parse(text)) << stored;
+    ASSERT_EQ(as_result(stored), stored);  // minified already
   }
   // The corpus exercises both sides.
   EXPECT_GT(accepted, 1000);
