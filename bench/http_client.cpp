@@ -168,6 +168,15 @@ std::size_t http_line_stream::read_lines(std::size_t max, std::chrono::milliseco
     throw std::runtime_error(fmt::format("stream read: {}", ec.message()));
   }
   take();
+  // A chunk arrives in several reads: take what has arrived meanwhile too,
+  // without waiting, so that a batch is not cut into small ones.
+  while (out.size() < max && !timed_out && p_->stream.socket().available() > 0) {
+    http::async_read_some(p_->stream, p_->buffer, p_->parser,
+                          [&](beast::error_code e, std::size_t) { ec = e; });
+    p_->run();
+    if (ec) throw std::runtime_error(fmt::format("stream read: {}", ec.message()));
+    take();  // appends
+  }
   return out.size();
 }
 

@@ -334,6 +334,46 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
   });
 }
 
+namespace {
+
+// The items of a batch ack's "acks" (also carried on a consume): 1..1000
+// objects of partition, offset and the optional fences and result.
+std::vector<ack_item> ack_items_of(field& f) {
+  std::vector<ack_item> items;
+  f.objects(k_max_batch, [&](std::size_t, reader& a) {
+    ack_item item;
+    bool partition = false, offset = false;
+    a.each({"partition", "offset", "attempts", "result", "fencing_token"},
+           [&](std::size_t k, field& x) {
+             switch (k) {
+               case 0:
+                 item.partition = static_cast<std::uint32_t>(x.integer(0, k_u32_max));
+                 partition = true;
+                 break;
+               case 1:
+                 item.offset = static_cast<std::uint64_t>(x.integer(0, k_int_max));
+                 offset = true;
+                 break;
+               case 2:
+                 item.attempts = x.integer(0, k_int_max);
+                 break;
+               case 3:
+                 item.result_json = x.json();
+                 break;
+               default:
+                 item.fencing_token = token_of(x);
+                 break;
+             }
+           });
+    if (!partition) required(a, "partition");
+    if (!offset) required(a, "offset");
+    items.push_back(std::move(item));
+  });
+  return items;
+}
+
+}  // namespace
+
 result<consume_request> parse_consume(const params& p) {
   return guarded<consume_request>([&] {
     reader r(p);
@@ -341,7 +381,7 @@ result<consume_request> parse_consume(const params& p) {
     std::optional<std::int64_t> max;
     std::optional<std::string> deadline_text;
     r.each({"topic", "group", "owner", "lease_ms", "max_messages", "wait_ms", "deadline_ms",
-            "deadline_rfc3339"},
+            "deadline_rfc3339", "acks"},
            [&](std::size_t i, field& f) {
              switch (i) {
                case 0:
@@ -365,8 +405,12 @@ result<consume_request> parse_consume(const params& p) {
                case 6:
                  out.cmd.deadline_ms = f.integer(0, k_int_max);
                  break;
-               default:
+               case 7:
                  deadline_text = std::string(f.str());
+                 break;
+               default:
+                 if (r.from_query()) fail("acks must be sent in a JSON body (POST), not a query");
+                 out.acks = ack_items_of(f);
                  break;
              }
            });
@@ -375,6 +419,7 @@ result<consume_request> parse_consume(const params& p) {
     if (out.cmd.owner.empty()) required(r, "owner");
     out.stream = !max.has_value();
     out.cmd.max_messages = max.value_or(1);
+    if (out.acks && out.stream) fail("acks needs max_messages (a long-poll batch, not a stream)");
     if (deadline_text) {
       if (out.cmd.deadline_ms) fail("give deadline_ms or deadline_rfc3339, not both");
       auto ms = parse_rfc3339(*deadline_text);
@@ -404,35 +449,7 @@ result<ack_request> parse_ack(const params& p) {
                // The batch form: the single form's own fields are unknown.
                if (!first_single.empty()) unknown(r, first_single);
                batch = true;
-               f.objects(k_max_batch, [&](std::size_t, reader& a) {
-                 ack_item item;
-                 bool partition = false, offset = false;
-                 a.each({"partition", "offset", "attempts", "result", "fencing_token"},
-                        [&](std::size_t k, field& x) {
-                          switch (k) {
-                            case 0:
-                              item.partition = static_cast<std::uint32_t>(x.integer(0, k_u32_max));
-                              partition = true;
-                              break;
-                            case 1:
-                              item.offset = static_cast<std::uint64_t>(x.integer(0, k_int_max));
-                              offset = true;
-                              break;
-                            case 2:
-                              item.attempts = x.integer(0, k_int_max);
-                              break;
-                            case 3:
-                              item.result_json = x.json();
-                              break;
-                            default:
-                              item.fencing_token = token_of(x);
-                              break;
-                          }
-                        });
-                 if (!partition) required(a, "partition");
-                 if (!offset) required(a, "offset");
-                 b.acks.push_back(std::move(item));
-               });
+               b.acks = ack_items_of(f);
                return;
              }
              if (batch) unknown(r, f.name());
@@ -702,10 +719,11 @@ json to_json(const topic_info& t) {
           {"groups", std::move(groups)}};
 }
 
-std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
-  std::string out;
-  out.reserve(16 + outcomes.size() * 64);
-  out += R"({"results":[)";
+namespace {
+
+// The outcomes as a JSON array, one object per ack in order.
+void append_ack_outcomes(std::string& out, const std::vector<ack_outcome>& outcomes) {
+  out += '[';
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const ack_outcome& o = outcomes[i];
     if (i > 0) out += ',';
@@ -721,7 +739,26 @@ std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
     append_json_int(out, o.partition);
     out += o.code == errc::ok ? R"(,"status":"acked"})" : R"(,"status":"error"})";
   }
-  out += "]}";
+  out += ']';
+}
+
+}  // namespace
+
+std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
+  std::string out;
+  out.reserve(16 + outcomes.size() * 64);
+  out += R"({"results":)";
+  append_ack_outcomes(out, outcomes);
+  out += '}';
+  return out;
+}
+
+std::string consumed_acks_line(const std::vector<ack_outcome>& outcomes) {
+  std::string out;
+  out.reserve(16 + outcomes.size() * 64);
+  out += R"({"acks":)";
+  append_ack_outcomes(out, outcomes);
+  out += "}\n";
   return out;
 }
 

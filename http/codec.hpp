@@ -15,6 +15,7 @@
 //
 // Thread safety: free functions without shared state.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -55,6 +56,9 @@ struct consume_request {
   consume_cmd cmd;
   bool stream = false;  // no max_messages: a stream until the client leaves
   millis wait_ms = 0;
+  // The previous batch's acks, carried on this consume (docs/API.md, "Acks
+  // carried on the next consume"); only with max_messages, in a body.
+  std::optional<std::vector<ack_item>> acks;
 };
 result<consume_request> parse_consume(const params& p);
 
@@ -84,6 +88,9 @@ result<redrive_cmd> parse_redrive(const params& p);
 std::string produce_reply_json(const produce_reply& r, std::string_view topic, bool batch);
 // POST /v1/ack, batch form: {"results":[{"error"?,"offset","partition","status"},...]}.
 std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes);
+// The first line of a consume that carried acks: {"acks":[...]} (the same
+// items as ack_outcomes_json's), then '\n'.
+std::string consumed_acks_line(const std::vector<ack_outcome>& outcomes);
 
 nlohmann::json to_json(const topic_created& c);
 nlohmann::json to_json(const topic_info& t);

@@ -397,6 +397,17 @@ asio::awaitable<reply> router::consume(call& c) {
     const millis left = std::max<millis>(0, *cr->cmd.deadline_ms - clock_.now_ms());
     cr->wait_ms = std::min(cr->wait_ms, left);
   }
+  if (cr->acks) {
+    // The previous batch's acks first, in the same core job: one durable
+    // round trip for the cycle. Errors of the acks as a whole are answered
+    // as POST /v1/ack answers them.
+    ack_batch_cmd acks{cr->cmd.topic, cr->cmd.group, cr->cmd.owner, std::move(*cr->acks)};
+    auto both_op = async_consume_after_acks(runner_, std::move(acks), std::move(cr->cmd),
+                                            cr->wait_ms, use_awaitable);
+    auto both = co_await std::move(both_op);
+    if (!both.ok()) co_return error_reply(both.err(), c);
+    co_return ndjson_reply(consumed_acks_line(both->acks) + encode_deliveries(both->deliveries));
+  }
   if (!cr->stream) {
     auto got_op = async_consume(runner_, std::move(cr->cmd), cr->wait_ms, use_awaitable);
     auto got = co_await std::move(got_op);

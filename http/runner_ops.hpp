@@ -72,6 +72,20 @@ auto async_consume(runner& r, consume_cmd cmd, millis wait_ms, Token&& token) {
       std::forward<Token>(token));
 }
 
+// runner::consume_after_acks: acks, then a consume with a long-poll of up
+// to wait_ms.
+template <class Token>
+auto async_consume_after_acks(runner& r, ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
+                              Token&& token) {
+  using R = result<runner::acked_consume>;
+  return async_bridge<R>(
+      [&r, acks = std::move(acks), cmd = std::move(cmd),
+       wait_ms](std::function<void(R)> done) mutable {
+        r.consume_after_acks(std::move(acks), std::move(cmd), wait_ms, std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
 // runner::wait_key: the key's state, waiting up to wait_ms for a commit.
 template <class Token>
 auto async_wait_key(runner& r, key_query q, millis wait_ms, Token&& token) {

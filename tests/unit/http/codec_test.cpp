@@ -385,6 +385,64 @@ TEST(CodecTest, ConsumeRejects) {
   EXPECT_TRUE(rejected(parse_consume(body({{"topic", "t"}, {"group", "g"}})), "owner is required"));
 }
 
+TEST(CodecTest, ConsumeCarriesAcks) {
+  auto c = parse_consume(body({{"topic", "t"},
+                               {"group", "g"},
+                               {"owner", "o"},
+                               {"max_messages", 10},
+                               {"acks",
+                                {{{"partition", 1}, {"offset", 7}},
+                                 {{"partition", 0},
+                                  {"offset", 9},
+                                  {"attempts", 2},
+                                  {"fencing_token", 5},
+                                  {"result", {{"ok", true}}}}}}}));
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  ASSERT_TRUE(c->acks.has_value());
+  ASSERT_EQ(c->acks->size(), 2u);
+  EXPECT_EQ((*c->acks)[0].partition, 1u);
+  EXPECT_EQ((*c->acks)[0].offset, 7u);
+  EXPECT_EQ((*c->acks)[1].attempts, 2);
+  EXPECT_EQ((*c->acks)[1].fencing_token, 5u);
+  EXPECT_EQ((*c->acks)[1].result_json, R"({"ok":true})");
+  // Without acks: none.
+  auto plain = parse_consume(body({{"topic", "t"}, {"group", "g"}, {"owner", "o"}}));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->acks.has_value());
+}
+
+TEST(CodecTest, ConsumeAcksNeedABatchInABodyAndValidItems) {
+  json ok = {{"topic", "t"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 5}};
+  auto with_acks = [&](json acks) {
+    json j = ok;
+    j["acks"] = std::move(acks);
+    return parse_consume(body(j));
+  };
+  EXPECT_TRUE(rejected(parse_consume(body({{"topic", "t"},
+                                           {"group", "g"},
+                                           {"owner", "o"},
+                                           {"acks", {{{"partition", 0}, {"offset", 1}}}}})),
+                       "acks needs max_messages"));
+  EXPECT_TRUE(
+      rejected(parse_consume(query("topic=t&group=g&owner=o&max_messages=1&acks=x")), "JSON body"));
+  EXPECT_TRUE(rejected(with_acks(json::array()), "acks"));
+  EXPECT_TRUE(rejected(with_acks({{{"offset", 1}}}), "acks[0].partition is required"));
+  EXPECT_TRUE(rejected(with_acks({{{"partition", 0}, {"offset", 1}, {"x", 1}}}),
+                       "unknown field 'acks[0].x'"));
+  EXPECT_TRUE(rejected(with_acks({{{"partition", 0}, {"offset", -1}}}), "acks[0].offset"));
+}
+
+TEST(CodecTest, ConsumedAcksLineMatchesTheBatchAckResults) {
+  std::vector<ack_outcome> o{{0, 18, errc::ok, ""}, {3, 5, errc::failed_precondition, "x"}};
+  EXPECT_EQ(consumed_acks_line(o),
+            R"({"acks":[{"offset":18,"partition":0,"status":"acked"},)"
+            R"({"error":"FAILED_PRECONDITION","offset":5,"partition":3,"status":"error"}]})"
+            "\n");
+  EXPECT_EQ(ack_outcomes_json(o),
+            R"({"results":[{"offset":18,"partition":0,"status":"acked"},)"
+            R"({"error":"FAILED_PRECONDITION","offset":5,"partition":3,"status":"error"}]})");
+}
+
 // ---- ack / nack / extend ----------------------------------------------------------
 
 json ack_body() {

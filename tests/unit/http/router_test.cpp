@@ -230,6 +230,64 @@ TEST_F(RouterTest, ProduceConsumeAck) {
   EXPECT_EQ(info["groups"]["g"]["inflight"], 0);
 }
 
+// Acks carried on the next consume: the first line reports them, the
+// messages follow, and the acks are done (the key committed).
+TEST_F(RouterTest, ConsumeCarriesThePreviousBatchsAcks) {
+  create("t");
+  produce("t", "one", {{"envelope", {{"idempotency_key", "job-1"}}}});
+  produce("t", "two");
+  auto first = consume("t", "w1", 1);
+  ASSERT_EQ(first.size(), 1u);
+  const json& d = first[0];
+  json req = {{"topic", "t"},
+              {"group", "g"},
+              {"owner", "w1"},
+              {"max_messages", 10},
+              {"acks",
+               {{{"partition", d["partition"]}, {"offset", d["offset"]}, {"result", {{"n", 1}}}},
+                {{"partition", 0}, {"offset", 999}}}}};
+  auto res = h_.post("/v1/consume", req);
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(res[bhttp::field::content_type], "application/x-ndjson");
+  auto lines = lines_of(res.body());
+  ASSERT_EQ(lines.size(), 2u) << res.body();
+  ASSERT_TRUE(lines[0].contains("acks"));
+  ASSERT_EQ(lines[0]["acks"].size(), 2u);
+  EXPECT_EQ(lines[0]["acks"][0]["status"], "acked");
+  EXPECT_EQ(lines[0]["acks"][0]["offset"], d["offset"]);
+  EXPECT_EQ(lines[0]["acks"][1]["status"], "error");
+  EXPECT_EQ(lines[0]["acks"][1]["error"], "FAILED_PRECONDITION");
+  EXPECT_EQ(lines[1]["value"], "two");
+
+  json key = body_of(h_.get("/v1/keys?topic=t&group=g&key=job-1"));
+  EXPECT_EQ(key["state"], "committed");
+  EXPECT_EQ(key["result"], (json{{"n", 1}}));
+
+  // Nothing left: the acks line is the whole answer.
+  json last = {{"topic", "t"},
+               {"group", "g"},
+               {"owner", "w1"},
+               {"max_messages", 10},
+               {"acks", {{{"partition", lines[1]["partition"]}, {"offset", lines[1]["offset"]}}}}};
+  auto res2 = h_.post("/v1/consume", last);
+  ASSERT_EQ(res2.result_int(), 200) << res2.body();
+  auto only = lines_of(res2.body());
+  ASSERT_EQ(only.size(), 1u);
+  EXPECT_EQ(only[0]["acks"][0]["status"], "acked");
+  json info = body_of(h_.get("/v1/topics/t"));
+  EXPECT_EQ(info["groups"]["g"]["acked"], 2);
+  EXPECT_EQ(info["groups"]["g"]["inflight"], 0);
+
+  // Acks on an unknown topic: answered as POST /v1/ack would, nothing consumed.
+  json bad = last;
+  bad["topic"] = "nope";
+  EXPECT_TRUE(is_error(h_.post("/v1/consume", bad), 404, "NOT_FOUND"));
+  // On a stream: refused.
+  json stream = last;
+  stream.erase("max_messages");
+  EXPECT_TRUE(is_error(h_.post("/v1/consume", stream), 400, "INVALID_ARGUMENT"));
+}
+
 TEST_F(RouterTest, UnknownTopicOnProduceOrConsumeIs400) {
   EXPECT_TRUE(is_error(h_.post("/v1/produce", {{"topic", "nope"}, {"value", "v"}}), 400,
                        "INVALID_ARGUMENT"));
