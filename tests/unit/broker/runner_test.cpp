@@ -42,11 +42,38 @@ class RunnerTest : public ::testing::Test {
     });
   }
 
+  // runner::consume without a wait, answered.
+  result<std::vector<delivery>> consume_now(std::int64_t max) {
+    std::promise<result<std::vector<delivery>>> p;
+    runner_.consume(consume_cmd{"t", "g", "o", {}, max, {}}, 0,
+                    [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  }
+
+  // runner::consume_after_acks of acks, then up to 10 messages.
+  std::future<result<runner::acked_consume>> consume_after(std::vector<ack_item> items,
+                                                           millis wait_ms) {
+    auto p = std::make_shared<std::promise<result<runner::acked_consume>>>();
+    auto f = p->get_future();
+    runner_.consume_after_acks(
+        ack_batch_cmd{"t", "g", "o", std::move(items)}, consume_cmd{"t", "g", "o", {}, 10, {}},
+        wait_ms, [p](result<runner::acked_consume> r) { p->set_value(std::move(r)); });
+    return f;
+  }
+
   system_clock clock_;
   storage::memory_store store_;
   broker broker_;
   runner runner_;
 };
+
+// The ack of a delivery, as a batch-ack item.
+ack_item ack_of(const delivery& d) {
+  ack_item a;
+  a.partition = d.partition;
+  a.offset = d.offset;
+  return a;
+}
 
 TEST_F(RunnerTest, LongPollIsWokenByProduce) {
   std::promise<result<std::vector<delivery>>> p;
@@ -117,26 +144,15 @@ TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
 TEST_F(RunnerTest, ConsumeAfterAcksAcksThenDelivers) {
   ASSERT_TRUE(produce("one", "k-1").ok());
   ASSERT_TRUE(produce("two").ok());
-  std::promise<result<std::vector<delivery>>> cp;
-  runner_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}, 0,
-                  [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
-  auto first = cp.get_future().get();
+  auto first = consume_now(1);
   ASSERT_TRUE(first.ok());
   ASSERT_EQ(first->size(), 1u);
 
-  ack_batch_cmd acks{"t", "g", "o", {}};
-  ack_item done;
-  done.partition = (*first)[0].partition;
-  done.offset = (*first)[0].offset;
+  ack_item done = ack_of((*first)[0]);
   done.result_json = R"({"ok":true})";
   ack_item never;  // an offset never delivered: refused on its own
   never.offset = 99;
-  acks.acks = {done, never};
-  std::promise<result<runner::acked_consume>> ap;
-  runner_.consume_after_acks(
-      acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
-      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
-  auto both = ap.get_future().get();
+  auto both = consume_after({done, never}, 0).get();
   ASSERT_TRUE(both.ok());
   ASSERT_EQ(both->acks.size(), 2u);
   EXPECT_EQ(both->acks[0].code, errc::ok);
@@ -152,22 +168,10 @@ TEST_F(RunnerTest, ConsumeAfterAcksAcksThenDelivers) {
 
 TEST_F(RunnerTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
   ASSERT_TRUE(produce("only").ok());
-  std::promise<result<std::vector<delivery>>> cp;
-  runner_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}, 0,
-                  [&cp](result<std::vector<delivery>> r) { cp.set_value(std::move(r)); });
-  auto first = cp.get_future().get();
+  auto first = consume_now(1);
   ASSERT_TRUE(first.ok());
   ASSERT_EQ(first->size(), 1u);
-  ack_batch_cmd acks{"t", "g", "o", {}};
-  ack_item a;
-  a.partition = (*first)[0].partition;
-  a.offset = (*first)[0].offset;
-  acks.acks = {a};
-  std::promise<result<runner::acked_consume>> ap;
-  auto af = ap.get_future();
-  runner_.consume_after_acks(
-      acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 50,
-      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
+  auto af = consume_after({ack_of((*first)[0])}, 50);
   ASSERT_EQ(af.wait_for(5s), std::future_status::ready);
   auto both = af.get();
   ASSERT_TRUE(both.ok());
@@ -305,11 +309,7 @@ TEST(RunnerDurability, AckedEmptyConsumeWaitsForTheSync) {
   ASSERT_EQ(got->size(), 1u);
 
   store.hold();
-  ack_batch_cmd acks{"t", "g", "o", {}};
-  ack_item a;
-  a.partition = (*got)[0].partition;
-  a.offset = (*got)[0].offset;
-  acks.acks = {a};
+  ack_batch_cmd acks{"t", "g", "o", {ack_of((*got)[0])}};
   std::promise<result<runner::acked_consume>> ap;
   auto af = ap.get_future();
   r.consume_after_acks(acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 20,
