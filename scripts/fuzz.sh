@@ -1,36 +1,25 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) with clang in ./build-fuzz and
-# runs each for a bounded time, starting from its seed corpus
+# Builds the libFuzzer targets (tests/fuzz) in ./build-asan with clang
+# (scripts/sanitize-build.sh, the same build as scripts/ci-sanitize.sh's)
+# and runs each for a bounded time, starting from its seed corpus
 # (tests/fuzz/corpus/<target>). Fails on the first crash, leak, sanitizer
 # report or timeout; the input that caused it is saved in
-# build-fuzz/fuzz-artifacts/<target>/ (reproduce: build-fuzz/tests/fuzz/<target> <file>).
+# build-asan/fuzz-artifacts/<target>/ (reproduce: build-asan/tests/fuzz/<target> <file>).
 #   scripts/fuzz.sh [target...]      default: every target
-# Environment: FUZZ_SECONDS (default 60 per target), BUILD_DIR (default
-# build-fuzz), JOBS (default nproc), CXX (default clang++), CMAKE_ARGS.
+# Environment: FUZZ_SECONDS (default 60 per target), and as for
+# scripts/sanitize-build.sh (BUILD_DIR, JOBS, CXX (must be a clang),
+# SANITIZE_OPT, CMAKE_ARGS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build_dir="${BUILD_DIR:-build-fuzz}"
-jobs="${JOBS:-$(nproc)}"
+build_dir="${BUILD_DIR:-build-asan}"
 seconds="${FUZZ_SECONDS:-60}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
   targets=(request_fuzz codec_fuzz schema_fuzz)
 fi
 
-# Asserts stay on (no NDEBUG); -O1 as libFuzzer recommends. The fuzz
-# targets do not link RocksDB, but configuring the project needs it found.
-# shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER="${CXX:-clang++}" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DONCEQ_FUZZ=ON -DONCEQ_BUILD_TESTS=OFF -DONCEQ_BUILD_BENCH=OFF \
-  -DROCKSDB_INCLUDE_DIR=/usr/include \
-  -DROCKSDB_LIBRARY="/usr/lib/$(gcc -print-multiarch)/librocksdb.so" ${CMAKE_ARGS:-}
-build_args=()
-for t in "${targets[@]}"; do
-  build_args+=(--target "$t")
-done
-cmake --build "$build_dir" -j "$jobs" "${build_args[@]}"
+BUILD_DIR="$build_dir" bash scripts/sanitize-build.sh "${targets[@]}"
 
 for t in "${targets[@]}"; do
   exe="$build_dir/tests/fuzz/$t"
