@@ -721,8 +721,12 @@ json to_json(const topic_info& t) {
 
 namespace {
 
-// The outcomes as a JSON array, one object per ack in order.
-void append_ack_outcomes(std::string& out, const std::vector<ack_outcome>& outcomes) {
+// open, the outcomes as a JSON array (one object per ack, in order), close.
+std::string ack_outcomes_in(std::string_view open, const std::vector<ack_outcome>& outcomes,
+                            std::string_view close) {
+  std::string out;
+  out.reserve(16 + outcomes.size() * 64);
+  out += open;
   out += '[';
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const ack_outcome& o = outcomes[i];
@@ -740,26 +744,18 @@ void append_ack_outcomes(std::string& out, const std::vector<ack_outcome>& outco
     out += o.code == errc::ok ? R"(,"status":"acked"})" : R"(,"status":"error"})";
   }
   out += ']';
+  out += close;
+  return out;
 }
 
 }  // namespace
 
 std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
-  std::string out;
-  out.reserve(16 + outcomes.size() * 64);
-  out += R"({"results":)";
-  append_ack_outcomes(out, outcomes);
-  out += '}';
-  return out;
+  return ack_outcomes_in(R"({"results":)", outcomes, "}");
 }
 
 std::string consumed_acks_line(const std::vector<ack_outcome>& outcomes) {
-  std::string out;
-  out.reserve(16 + outcomes.size() * 64);
-  out += R"({"acks":)";
-  append_ack_outcomes(out, outcomes);
-  out += "}\n";
-  return out;
+  return ack_outcomes_in(R"({"acks":)", outcomes, "}\n");
 }
 
 json to_json(const key_info& k) {
