@@ -209,7 +209,7 @@ result<auth_table> auth_table::parse(std::string_view json_text) {
       auth_token t = read_entry((*tokens)[i], i);
       for (const auto& other : table.tokens_) {
         if (other.name == t.name) fail(fmt::format("tokens[{}]: name '{}' given twice", i, t.name));
-        if (CRYPTO_memcmp(other.digest.data(), t.digest.data(), t.digest.size()) == 0) {
+        if (k_digest_compare(other.digest.data(), t.digest.data(), t.digest.size()) == 0) {
           fail(fmt::format("tokens[{}] ('{}') has the same token as '{}'", i, t.name, other.name));
         }
       }
@@ -234,17 +234,6 @@ result<auth_table> auth_table::load(const std::string& path) {
   if (!t.ok())
     return make_error(errc::invalid_argument, fmt::format("{}: {}", path, t.err().message));
   return t;
-}
-
-const auth_token* auth_table::find(std::string_view token) const noexcept {
-  const sha256_digest presented = sha256(token);
-  const auth_token* found = nullptr;
-  // Every entry is compared, whatever matched before: no early exit.
-  for (const auto& t : tokens_) {
-    const bool same = CRYPTO_memcmp(t.digest.data(), presented.data(), presented.size()) == 0;
-    if (same) found = &t;
-  }
-  return found;
 }
 
 std::optional<std::string_view> bearer_token(std::string_view h) noexcept {

@@ -10,7 +10,10 @@
 // error message; a token's `name` is not secret and may appear in
 // messages and metric labels.
 
+#include <openssl/crypto.h>
+
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,6 +60,11 @@ struct auth_token {
   bool covers(std::string_view topic) const noexcept;
 };
 
+// How token digests are compared: OpenSSL's CRYPTO_memcmp, whose time
+// depends only on the length, not on where the first difference is.
+using digest_compare_fn = int (*)(const void*, const void*, std::size_t);
+inline constexpr digest_compare_fn k_digest_compare = &CRYPTO_memcmp;
+
 class auth_table {
  public:
   // The file's JSON text: {"tokens":[{"name","token"|"token_sha256","scopes","topics"}]}.
@@ -71,7 +79,22 @@ class auth_table {
   // The entry whose token is `token`, or nullptr. Hashes token and compares
   // the digest with every entry in constant time (no early exit), so the
   // time taken says nothing about how close a guess was or which entry.
-  const auth_token* find(std::string_view token) const noexcept;
+  const auth_token* find(std::string_view token) const noexcept {
+    return find_with(token, k_digest_compare);
+  }
+  // find() with the digest comparison given (a memcmp-like function), so
+  // that a test can count the comparisons.
+  template <class Compare>
+  const auth_token* find_with(std::string_view token, Compare compare) const noexcept {
+    const sha256_digest presented = sha256(token);
+    const auth_token* found = nullptr;
+    // Every entry is compared, whatever matched before: no early exit.
+    for (const auto& t : tokens_) {
+      const bool same = compare(t.digest.data(), presented.data(), presented.size()) == 0;
+      if (same) found = &t;
+    }
+    return found;
+  }
 
   const std::vector<auth_token>& tokens() const noexcept { return tokens_; }
 

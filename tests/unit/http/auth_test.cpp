@@ -87,6 +87,30 @@ TEST(AuthTableTest, PlainAndHashedTokensBothMatch) {
   EXPECT_EQ(t.find(""), nullptr);
 }
 
+// Tokens are compared in constant time: with OpenSSL's CRYPTO_memcmp, and
+// against every entry whichever matched, so neither a guess's closeness nor
+// the matching entry's place shows in the time taken.
+TEST(AuthTableTest, TokensAreComparedInConstantTimeWithEveryEntry) {
+  EXPECT_EQ(k_digest_compare, &CRYPTO_memcmp);
+  json tokens = json::array();
+  for (int i = 0; i < 5; ++i) {
+    tokens.push_back(entry(fmt::format("t{}", i), fmt::format("secret-{}", i), {"produce"}, {"*"}));
+  }
+  auto t = parsed({{"tokens", tokens}});
+  for (const std::string token : {"secret-0", "secret-4", "no-such-secret"}) {
+    std::size_t compares = 0;
+    auto counting = [&](const void* a, const void* b, std::size_t n) {
+      ++compares;
+      return CRYPTO_memcmp(a, b, n);
+    };
+    const auth_token* found = t.find_with(token, counting);
+    EXPECT_EQ(compares, 5u) << token;
+    EXPECT_EQ(found, t.find(token)) << token;
+  }
+  ASSERT_NE(t.find("secret-0"), nullptr);
+  EXPECT_EQ(t.find("secret-0")->name, "t0");
+}
+
 TEST(AuthTableTest, UppercaseHexDigestIsAccepted) {
   std::string digest = hex(sha256("x"));
   for (char& c : digest) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
