@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -97,6 +99,51 @@ TEST(OpenApiTest, EveryRefResolves) {
   for (const auto& r : all) {
     ASSERT_EQ(r.rfind("#/", 0), 0u) << r;
     EXPECT_TRUE(spec.contains(json::json_pointer(r.substr(1)))) << "dangling $ref " << r;
+  }
+}
+
+// docs/API.md, the users' reference, says the same per endpoint: every
+// operation of the spec has its "### METHOD /path" section there, a public
+// one says it needs no token, and every other one lists 401 and 403 and,
+// but for /metrics, 429.
+TEST(OpenApiTest, ApiMdListsAuthAndBackpressureErrorsOnEveryEndpoint) {
+  std::ifstream in(ONCEQ_SOURCE_DIR "/docs/API.md");
+  ASSERT_TRUE(in.good());
+  std::vector<std::pair<std::string, std::string>> sections;  // heading, text
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("### ", 0) == 0) {
+      sections.emplace_back(line, "");
+    } else if (line.rfind("## ", 0) == 0) {
+      sections.emplace_back("", "");
+    } else if (!sections.empty()) {
+      sections.back().second += line + "\n";
+    }
+  }
+  for (const auto& name : described(committed_spec())) {
+    const auto space = name.find(' ');
+    const std::string method = name.substr(0, space);
+    const std::string path = name.substr(space + 1);
+    const auto* found = static_cast<const std::pair<std::string, std::string>*>(nullptr);
+    for (const auto& sec : sections) {
+      const std::string& h = sec.first;
+      const auto at = h.find(" " + path);
+      const bool whole = at != std::string::npos &&
+                         (at + 1 + path.size() == h.size() || h[at + 1 + path.size()] == ' ');
+      if (whole && h.find(method) != std::string::npos) found = &sec;
+    }
+    ASSERT_NE(found, nullptr) << name << " has no section in docs/API.md";
+    const std::string& text = found->second;
+    if (k_public.contains(name)) {
+      EXPECT_NE(text.find("Open (no token)"), std::string::npos) << name;
+      continue;
+    }
+    EXPECT_NE(text.find("401"), std::string::npos) << name;
+    EXPECT_NE(text.find("403"), std::string::npos) << name;
+    if (name == "GET /metrics") {
+      EXPECT_NE(text.find("never 429"), std::string::npos) << name;
+    } else {
+      EXPECT_NE(text.find("429"), std::string::npos) << name;
+    }
   }
 }
 
