@@ -18,14 +18,16 @@ struct http_response {
   std::string body;
 };
 
-// A blocking HTTP/1.1 keep-alive client on one connection (Beast), with a
-// deadline on every request. One request at a time, no pipelining. Used by
-// one thread. Throws std::runtime_error on connect/IO errors and timeouts;
-// it never retries a request by itself (a produce retry is the caller's
-// decision).
+// A blocking HTTP/1.1 keep-alive client on one connection (a plain socket,
+// Beast's parser for the answer), with a deadline on every request. One request at a time, no
+// pipelining. Used by one thread. Throws std::runtime_error on connect/IO errors and timeouts; it
+// never retries a request by itself (a produce retry is the caller's decision).
 class http_client {
  public:
   http_client(std::string host, int port);
+  ~http_client();
+  http_client(const http_client&) = delete;
+  http_client& operator=(const http_client&) = delete;
 
   // Sends `body` (JSON, may be empty) and returns the answer. The returned
   // reference stays valid until the next call; callers may move the body out.
@@ -34,13 +36,18 @@ class http_client {
 
  private:
   void connect();
+  void close_socket();
+  // SO_RCVTIMEO and SO_SNDTIMEO, set only when t differs from the last.
+  void set_timeout(std::chrono::milliseconds t);
+  [[noreturn]] void fail(std::string_view what, boost::beast::http::verb method,
+                         std::string_view target);
 
   std::string host_;
   int port_;
-  boost::asio::io_context ioc_;
-  boost::beast::tcp_stream stream_;
+  int fd_ = -1;
+  std::chrono::milliseconds timeout_set_{-1};
   boost::beast::flat_buffer buffer_;
-  bool connected_ = false;
+  std::string head_;
   http_response last_;
 };
 
