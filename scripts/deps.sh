@@ -7,7 +7,7 @@ packages=(
   libboost1.81-dev librocksdb-dev nlohmann-json3-dev libfmt-dev libgtest-dev
   libssl-dev libsimdjson-dev
   ninja-build cmake g++ libjemalloc-dev
-  libnats-dev libhiredis-dev nats-server redis-server
+  libnats-dev libhiredis-dev nats-server redis-server wrk
   curl libcli11-dev libtomlplusplus-dev python3-yaml clang libclang-rt-14-dev
   dpkg-dev file chromium python3-jsonschema
 )
