@@ -31,11 +31,11 @@ namespace net = boost::asio;
 
 constexpr std::size_t k_read_buffer = 64u << 10;
 
-// Blocking sockets, not an io_context: a request is one writev() and
+// Blocking sockets, not an io_context: a request is one sendmsg() and
 // usually one recv(), the two system calls a hiredis client makes for an
 // XADD. The Asio version cost the client 2.4x hiredis's CPU per one-message
-// produce (docs/BENCHMARKS.md, "The bench's HTTP client"), CPU taken from
-// the server on a two-core machine.
+// produce (docs/BENCHMARKS.md, "Seventh session"), CPU taken from the
+// server on a two-core machine.
 http_client::http_client(std::string host, int port) : host_(std::move(host)), port_(port) {
   connect();
 }
@@ -145,10 +145,8 @@ http_response& http_client::request(http::verb method, std::string_view target, 
       if (!ec && used > 0) continue;  // a header and part of the body
     }
     if (std::chrono::steady_clock::now() >= deadline) fail("timed out", method, target);
-    // Beast reads at most the buffer's free capacity per read: without room
-    // a 40 KB consume answer takes ~80 reads of 512 bytes.
-    auto room =
-        buffer_.prepare(std::max<std::size_t>(k_read_buffer, buffer_.capacity() - buffer_.size()));
+    // Room for a whole 40 KB consume answer in one recv.
+    auto room = buffer_.prepare(k_read_buffer);
     const ssize_t got = ::recv(fd_, room.data(), room.size(), 0);
     if (got < 0) {
       if (errno == EINTR) continue;

@@ -1,8 +1,6 @@
 #pragma once
 
-#include <boost/asio/io_context.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/verb.hpp>
 
 #include <chrono>
