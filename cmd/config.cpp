@@ -9,10 +9,15 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
 namespace onceq::cmd {
+
+unsigned default_shards() {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+}
 
 namespace {
 
@@ -122,8 +127,24 @@ std::unique_ptr<CLI::App> make_app(config& c) {
         return std::nullopt;
       },
       [&c](const std::string& v) { c.storage.fsync = *storage::fsync_policy::parse(v); });
-  add_int(a, "--threads", "N", fmt::format("HTTP I/O threads, 1..256 (default {})", d.http.threads),
-          1, 256, [&c](i64 v) { c.http.threads = static_cast<unsigned>(v); });
+  add_int(a, "--shards", "N",
+          fmt::format("shards, each with its own event-loop thread and store, 1..256\n"
+                      "(default: the number of cores, {} here)",
+                      d.shards),
+          1, 256, [&c](i64 v) { c.shards = static_cast<unsigned>(v); });
+  add_text(
+      a, "--wal-sync", "WHERE",
+      fmt::format("who syncs the WAL under --fsync always: loop (each shard's loop,\n"
+                  "once per iteration) | syncer (a thread per shard) (default {})",
+                  d.storage.sync_on_caller ? "loop" : "syncer"),
+      [](std::string_view v) -> std::optional<std::string> {
+        if (v == "loop" || v == "syncer") return std::nullopt;
+        return "expected loop or syncer";
+      },
+      [&c](const std::string& v) { c.storage.sync_on_caller = v == "loop"; });
+  add_int(a, "--threads", "N",
+          "ignored since 0.2 (each shard's loop serves connections: see\n--shards); 1..256", 1, 256,
+          [&c](i64 v) { c.http.threads = static_cast<unsigned>(v); });
   add_int(a, "--max-body-bytes", "N",
           fmt::format("largest request body; larger gets 413 (default {})", d.http.max_body_bytes),
           1, 1ll << 30, [&c](i64 v) { c.http.max_body_bytes = static_cast<std::size_t>(v); });
@@ -139,9 +160,9 @@ std::unique_ptr<CLI::App> make_app(config& c) {
       fmt::format("commands queued for the core before 429 (default {})", d.http.max_queue_depth),
       1, 100'000'000, [&c](i64 v) {
         c.http.max_queue_depth = static_cast<std::size_t>(v);
-        // The runner's own limit stays above the HTTP one: long-poll and
+        // The shards' own limit stays above the HTTP one: long-poll and
         // stream polls that got past the check must not be refused.
-        c.runner.max_queue = static_cast<std::size_t>(v) * 2;
+        c.shard.max_queue = static_cast<std::size_t>(v) * 2;
       });
   add_int(a, "--default-lease-ms", "N",
           fmt::format("lease_ms of topics created without one (default {})",

@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "broker/broker.hpp"
-#include "broker/runner.hpp"
 #include "cmd/log.hpp"
 #include "http/options.hpp"
+#include "shard/shard.hpp"
 #include "storage/rocksdb/rocksdb_store.hpp"
 
 namespace onceq::cmd {
+
+// The number of cores (1 when unknown), at most 256.
+unsigned default_shards();
 
 struct config {
   storage::storage_options storage = [] {
@@ -24,7 +27,10 @@ struct config {
     return s;
   }();
   broker_options broker;
-  runner_options runner;
+  shard_options shard;
+  // Shards, each a broker core with its own store and one event-loop
+  // thread that also serves connections (docs/DESIGN.md, "Threads").
+  unsigned shards = default_shards();  // Default: the number of cores
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.

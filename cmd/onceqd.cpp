@@ -1,5 +1,5 @@
-// onceqd: the server. Parses flags, opens the store, recovers the broker,
-// starts the core runner and the HTTP server, and shuts down cleanly on
+// onceqd: the server. Parses flags, opens each shard's store, recovers its
+// broker, starts the shards' loops and the HTTP server on them, and shuts down cleanly on
 // SIGTERM/SIGINT; SIGHUP rereads --auth-file. The only place where objects
 // are created and wired.
 
@@ -14,12 +14,11 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include "broker/broker.hpp"
-#include "broker/runner.hpp"
 #include "cmd/config.hpp"
 #include "cmd/log.hpp"
 #include "http/auth.hpp"
@@ -27,6 +26,8 @@
 #include "http/server.hpp"
 #include "http/tls.hpp"
 #include "onceq_commit.hpp"  // ONCEQ_COMMIT, generated at build time (cmake/commit.cmake)
+#include "shard/layout.hpp"
+#include "shard/shard_set.hpp"
 #include "storage/rocksdb/rocksdb_store.hpp"
 
 // Read by jemalloc at start when onceqd is linked with it (cmd/CMakeLists.txt),
@@ -71,6 +72,47 @@ void reload_auth(http::authenticator* auth, const std::string& path) {
       {log_number("tokens", n), {"file", path}});
 }
 
+// One shard's store and core, opened and recovered.
+struct shard_parts {
+  std::unique_ptr<storage::rocksdb_store> store;
+  std::unique_ptr<broker> core;
+};
+
+result<shard_parts> open_shard(const cmd::config& cfg, const onceq::clock& time, std::uint32_t id) {
+  storage::storage_options so = cfg.storage;
+  so.data_dir = shard_data_dir(cfg.storage.data_dir, id);
+  auto opened = storage::rocksdb_store::open(so);
+  if (!opened.ok()) {
+    return make_error(opened.err().code, fmt::format("cannot open the store of shard {} in {}: {}",
+                                                     id, so.data_dir, opened.err().message));
+  }
+  shard_parts p{std::move(*opened), nullptr};
+  p.core = std::make_unique<broker>(*p.store, time, cfg.broker);
+  if (auto r = p.core->recover(); !r.ok()) {
+    return make_error(r.err().code,
+                      fmt::format("recovery of shard {} failed: {}", id, r.err().message));
+  }
+  return p;
+}
+
+// Shards past --shards that still hold topics: onceqd does not move topics
+// between shards, so it refuses to start rather than hide them.
+result<void> check_no_stranded_topics(const cmd::config& cfg, const onceq::clock& time) {
+  for (std::uint32_t id : shard_dirs_from(cfg.storage.data_dir, cfg.shards)) {
+    auto parts = open_shard(cfg, time, id);
+    if (!parts.ok()) return std::move(parts).err();
+    const auto topics = parts->core->list_topics();
+    if (topics.empty()) continue;
+    return make_error(
+        errc::failed_precondition,
+        fmt::format("{} holds {} topic(s) on shard {} (\"{}\", ...), but --shards is "
+                    "{}: start with --shards {} or more (topics stay on the shard "
+                    "they were created on)",
+                    cfg.storage.data_dir, topics.size(), id, topics.front(), cfg.shards, id + 1));
+  }
+  return {};
+}
+
 int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   // Writes to a closed socket report EPIPE instead of killing the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -88,43 +130,53 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     tls = std::move(*made);
   }
 
-  // Declared first, destroyed last: the store's destructor may still run
-  // durability callbacks that post to them (into the void once stopped).
-  // One io_context per I/O thread (see http/server.hpp); the first also
-  // runs the acceptor and the signal set.
-  std::vector<std::unique_ptr<asio::io_context>> io_pool;
-  std::vector<asio::io_context*> io_ptrs;
-  for (unsigned i = 0; i < cfg.http.threads; ++i) {
-    io_pool.push_back(std::make_unique<asio::io_context>(1));
-    io_ptrs.push_back(io_pool.back().get());
-  }
-  asio::io_context& ioc = *io_pool.front();
-
   system_clock clock;
   cfg.storage.time = &clock;
-  auto opened = storage::rocksdb_store::open(cfg.storage);
-  if (!opened.ok()) {
-    log(log_level::error, "onceqd",
-        fmt::format("cannot open the store in {}: {}", cfg.storage.data_dir, opened.err().message));
+  if (auto r = check_no_stranded_topics(cfg, clock); !r.ok()) {
+    log(log_level::error, "onceqd", r.err().message);
     return k_exit_failure;
   }
-  std::unique_ptr<storage::rocksdb_store> store = std::move(*opened);
 
-  broker core(*store, clock, cfg.broker);
-  if (auto r = core.recover(); !r.ok()) {
-    log(log_level::error, "onceqd", fmt::format("recovery failed: {}", r.err().message));
+  // Declared first, destroyed last: a store's destructor may still run
+  // durability callbacks that post to a shard's io_context (into the void
+  // once stopped), so the shards (and their loops) outlive the stores.
+  std::vector<std::unique_ptr<shard>> shards;
+  std::vector<shard_parts> parts;
+  for (std::uint32_t id = 0; id < cfg.shards; ++id) {
+    auto p = open_shard(cfg, clock, id);
+    if (!p.ok()) {
+      log(log_level::error, "onceqd", p.err().message);
+      return k_exit_failure;
+    }
+    parts.push_back(std::move(*p));
+    shards.push_back(
+        std::make_unique<shard>(id, *parts.back().core, *parts.back().store, clock, cfg.shard));
+  }
+  std::vector<shard*> shard_ptrs;
+  std::vector<asio::io_context*> loops;
+  for (auto& s : shards) {
+    shard_ptrs.push_back(s.get());
+    loops.push_back(&s->context());
+  }
+  shard_set placement(shard_ptrs);
+  if (auto r = placement.load(); !r.ok()) {
+    log(log_level::error, "onceqd", r.err().message);
     return k_exit_failure;
   }
-  runner run(core, *store, clock, cfg.runner);
-  run.start();
+  auto stop_shards = [&] {
+    for (auto& s : shards) s->stop();
+  };
+  for (auto& s : shards) s->start();
 
-  http::router routes(run, clock, cfg.http, auth.get());
+  // The first shard's loop also runs the acceptor and the signal sets.
+  asio::io_context& ioc = *loops.front();
+  http::router routes(placement, clock, cfg.http, auth.get());
   {
-    http::server srv(io_ptrs, routes, cfg.http, tls);
+    http::server srv(loops, routes, cfg.http, tls);
     auto bound = srv.listen();
     if (!bound.ok()) {
       log(log_level::error, "onceqd", bound.err().message);
-      run.stop();
+      stop_shards();
       return k_exit_failure;
     }
     srv.start();
@@ -150,20 +202,13 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
       });
     });
 
-    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
-    std::vector<std::thread> threads;
-    for (auto* io : io_ptrs) {
-      work.push_back(asio::make_work_guard(*io));
-      threads.emplace_back([io] {
-        pthread_setname_np(pthread_self(), "onceq-io");  // for top -H, perf, gdb
-        io->run();
-      });
-    }
-
     const auto addr = bound->address();
     fmt::print("onceqd listening on {}:{}\n",
                addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string(), bound->port());
     std::fflush(stdout);
+    log(log_level::info, "onceqd", "serving",
+        {log_number("shards", cfg.shards),
+         {"wal_sync", cfg.storage.sync_on_caller ? "loop" : "syncer"}});
     if (auth == nullptr && !addr.is_loopback()) {
       log(log_level::warn, "onceqd",
           fmt::format("listening on {} without --auth-file: anyone who can reach it may "
@@ -174,10 +219,11 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     int sig = stop_signal.get_future().get();
     log(log_level::info, "onceqd", "shutting down", {log_number("signal", sig)});
 
-    // Stop accepting and close idle connections; then stop the core, which
-    // answers parked long-polls and releases every pending answer.
+    // Stop accepting and close idle connections; the shards stop taking
+    // commands and answer parked long-polls, while their loops go on
+    // writing the answers still owed.
     srv.stop();
-    run.stop();
+    for (auto& s : shards) s->drain();
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.shutdown_grace_ms);
     while (srv.session_count() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -188,11 +234,15 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
           fmt::format("{} connection(s) still open after {} ms, closing them", srv.session_count(),
                       cfg.shutdown_grace_ms));
     }
-    signals.cancel();
-    hangups.cancel();
-    for (auto& w : work) w.reset();
-    for (auto* io : io_ptrs) io->stop();
-    for (auto& t : threads) t.join();
+    // Cancelled on the loop that owns them.
+    std::promise<void> cancelled;
+    asio::post(ioc, [&] {
+      signals.cancel();
+      hangups.cancel();
+      cancelled.set_value();
+    });
+    cancelled.get_future().wait();
+    stop_shards();
   }
   log(log_level::info, "onceqd", "stopped");
   return 0;

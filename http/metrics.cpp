@@ -204,6 +204,32 @@ void render_storage_metrics(std::string& out, const storage::store_health& h) {
   fmt::format_to(std::back_inserter(out), "onceq_storage_writable {}\n", h.writable ? 1 : 0);
 }
 
+void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards) {
+  auto it = std::back_inserter(out);
+  append_family(out, "onceq_shard_writable", "gauge",
+                "1 when the shard's store accepts writes; 0 during a storage fault, while "
+                "the shard's topics answer 503.");
+  for (const auto& s : shards) {
+    fmt::format_to(it, "onceq_shard_writable{{shard=\"{}\"}} {}\n", s.id,
+                   s.health.writable ? 1 : 0);
+  }
+  append_family(out, "onceq_shard_queue_depth", "gauge",
+                "Commands posted to the shard's loop from other loops, not run yet.");
+  for (const auto& s : shards) {
+    fmt::format_to(it, "onceq_shard_queue_depth{{shard=\"{}\"}} {}\n", s.id, s.queue_depth);
+  }
+  append_family(out, "onceq_shard_topics", "gauge", "Topics placed on the shard (DLQs included).");
+  for (const auto& s : shards) {
+    fmt::format_to(it, "onceq_shard_topics{{shard=\"{}\"}} {}\n", s.id, s.topics);
+  }
+  append_family(out, "onceq_shard_loop_iterations_total", "counter",
+                "Iterations of the shard's event loop (each ends with at most one WAL sync).");
+  for (const auto& s : shards) {
+    fmt::format_to(it, "onceq_shard_loop_iterations_total{{shard=\"{}\"}} {}\n", s.id,
+                   s.iterations);
+  }
+}
+
 void render_connection_metrics(std::string& out, const connection_stats& s) {
   auto it = std::back_inserter(out);
   constexpr auto relaxed = std::memory_order_relaxed;

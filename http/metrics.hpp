@@ -73,6 +73,18 @@ void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s);
 // 0 while a disk/IO fault keeps it from writing).
 void render_storage_metrics(std::string& out, const storage::store_health& h);
 
+// What /metrics shows of one shard.
+struct shard_gauges {
+  std::uint32_t id = 0;
+  storage::store_health health;
+  std::size_t queue_depth = 0;   // commands posted from other loops, not run yet
+  std::size_t topics = 0;        // topics placed on it (DLQs included)
+  std::uint64_t iterations = 0;  // loop iterations so far
+};
+// onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics and
+// onceq_shard_loop_iterations_total, one series per shard.
+void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards);
+
 // Escapes a Prometheus label value (\\, \" and \n).
 std::string escape_label(std::string_view v);
 

@@ -14,7 +14,7 @@
 #include "http/ndjson.hpp"
 #include "http/params.hpp"
 #include "http/request_id.hpp"
-#include "http/runner_ops.hpp"
+#include "http/shard_ops.hpp"
 
 namespace onceq::http {
 
@@ -59,6 +59,21 @@ bool match(std::string_view pattern, const std::vector<std::string_view>& segs,
   }
   if (captures != nullptr) *captures = std::move(caps);
   return true;
+}
+
+// Runs fn on every shard, one after another, and joins the answers in
+// shard order (the routes without a topic: the topic list, /metrics).
+template <class T>
+asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
+                                               std::function<result<std::vector<T>>(broker&)> fn) {
+  std::vector<T> all;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    auto op = async_execute<std::vector<T>>(shards.at(i), fn, use_awaitable);
+    auto r = co_await std::move(op);
+    if (!r.ok()) co_return std::move(r).err();
+    std::move(r->begin(), r->end(), std::back_inserter(all));
+  }
+  co_return all;
 }
 
 // Unknown topic on produce/consume is 400 by the spec (the topic is a
@@ -107,9 +122,9 @@ const std::size_t router::k_route_count = std::size(router::k_routes);
 
 // ---- consume_stream -------------------------------------------------------
 
-consume_stream::consume_stream(runner& r, consume_cmd cmd, millis poll_ms,
+consume_stream::consume_stream(shard& s, consume_cmd cmd, millis poll_ms,
                                std::vector<delivery> initial)
-    : runner_(r), cmd_(std::move(cmd)), poll_ms_(poll_ms), initial_(encode_deliveries(initial)) {
+    : shard_(s), cmd_(std::move(cmd)), poll_ms_(poll_ms), initial_(encode_deliveries(initial)) {
   remember(initial);
 }
 
@@ -120,7 +135,7 @@ void consume_stream::remember(const std::vector<delivery>& ds) {
 
 asio::awaitable<result<std::string>> consume_stream::next() {
   consume_cmd cmd = cmd_;
-  auto got_op = async_consume(runner_, std::move(cmd), poll_ms_, use_awaitable);
+  auto got_op = async_consume(shard_, std::move(cmd), poll_ms_, use_awaitable);
   auto got = co_await std::move(got_op);
   if (!got.ok()) co_return std::move(got).err();
   remember(*got);
@@ -137,7 +152,7 @@ void consume_stream::abandon_last() {
     cmds.push_back(std::move(e));
   }
   last_.clear();
-  runner_.execute<int>(
+  shard_.execute<int>(
       [cmds = std::move(cmds)](broker& b) -> result<int> {
         for (const auto& e : cmds) {
           // Fenced by attempts: a delivery someone else got meanwhile stays.
@@ -151,8 +166,8 @@ void consume_stream::abandon_last() {
 
 // ---- router ---------------------------------------------------------------
 
-router::router(runner& r, const clock& time, http_options opts, authenticator* auth)
-    : runner_(r), clock_(time), opts_(std::move(opts)), auth_(auth) {
+router::router(shard_set& shards, const clock& time, http_options opts, authenticator* auth)
+    : shards_(shards), clock_(time), opts_(std::move(opts)), auth_(auth) {
   for (std::size_t i = 0; i < k_route_count; ++i) {
     std::string label(k_routes[i].pattern);
     auto it = std::find(labels_.begin(), labels_.end(), label);
@@ -245,7 +260,7 @@ asio::awaitable<reply> router::handle(request req) {
     }
   }
   if (!answered && found->needs_core) {
-    if (const std::size_t depth = runner_.queue_depth(); depth > opts_.max_queue_depth) {
+    if (const std::size_t depth = shards_.queue_depth(); depth > opts_.max_queue_depth) {
       error e = make_error(errc::resource_exhausted, "too many requests queued; retry later");
       e.retry_after_ms = drain_.drain_ms(depth, started).value_or(opts_.retry_after_ms);
       out = error_reply(e, c);
@@ -308,13 +323,23 @@ reply ndjson_reply(std::string body) {
 // ---- handlers ---------------------------------------------------------------
 
 asio::awaitable<reply> router::healthz(call&) {
-  // Not through the core (stays up under backpressure); the store's health
-  // never touches the disk.
-  const storage::store_health h = runner_.storage_health();
-  if (h.writable) co_return json_reply(status::ok, {{"status", "ok"}});
-  reply r =
-      json_reply(status::service_unavailable,
-                 {{"status", "unavailable"}, {"reason", "storage is not writable: " + h.reason}});
+  // Not through the shards' loops (stays up under backpressure); a store's
+  // health never touches the disk. A fault names its shard: that shard's
+  // topics answer 503, the others go on.
+  std::string reason;
+  json faulty = json::array();
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const storage::store_health h = shards_.at(i).storage_health();
+    if (h.writable) continue;
+    if (!reason.empty()) reason += "; ";
+    reason += shards_.size() == 1
+                  ? "storage is not writable: " + h.reason
+                  : fmt::format("shard {}: storage is not writable: {}", i, h.reason);
+    faulty.push_back({{"shard", i}, {"reason", h.reason}});
+  }
+  if (reason.empty()) co_return json_reply(status::ok, {{"status", "ok"}});
+  reply r = json_reply(status::service_unavailable,
+                       {{"status", "unavailable"}, {"reason", reason}, {"shards", faulty}});
   r.res.set(bhttp::field::retry_after, "1");
   co_return r;
 }
@@ -330,19 +355,29 @@ asio::awaitable<reply> router::create_topic(call& c) {
   auto cmd = parse_create_topic(*p, opts_.topic_defaults);
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
   if (auto denied = deny_topic(c, cmd->name)) co_return error_reply(*denied, c);
+  // The topic's shard, chosen now if it is new; the create settles the
+  // placement on that shard's loop, so that creates and deletes of one
+  // name are ordered there.
+  shard& owner = shards_.place(cmd->name);
   auto r_op = async_execute<topic_created>(
-      runner_, [cmd = std::move(*cmd)](broker& b) { return b.create_topic(cmd); }, use_awaitable);
+      owner,
+      [this, id = owner.id(), cmd = std::move(*cmd)](broker& b) {
+        auto r = b.create_topic(cmd);
+        shards_.settle(cmd.name, id, b.get_topic(cmd.name).ok());
+        return r;
+      },
+      use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::created, to_json(*r));
 }
 
 asio::awaitable<reply> router::list_topics(call& c) {
-  auto r_op = async_execute<std::vector<std::string>>(
-      runner_, [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); },
-      use_awaitable);
+  auto r_op = gather<std::string>(
+      shards_, [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); });
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
+  std::sort(r->begin(), r->end());
   // A token sees the topics it covers; the list itself is no 403.
   std::erase_if(*r, [&](const std::string& name) { return !c.grant.may_use(name); });
   co_return json_reply(status::ok, {{"topics", *r}});
@@ -350,8 +385,9 @@ asio::awaitable<reply> router::list_topics(call& c) {
 
 asio::awaitable<reply> router::get_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
+  const std::string& name = c.captures.at(0);
   auto r_op = async_execute<topic_info>(
-      runner_, [name = c.captures.at(0)](broker& b) { return b.get_topic(name); }, use_awaitable);
+      shards_.of(name), [name](broker& b) { return b.get_topic(name); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));
@@ -359,8 +395,18 @@ asio::awaitable<reply> router::get_topic(call& c) {
 
 asio::awaitable<reply> router::delete_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
+  const std::string& name = c.captures.at(0);
+  shard& owner = shards_.of(name);
   auto r_op = async_execute<void>(
-      runner_, [name = c.captures.at(0)](broker& b) { return b.delete_topic(name); },
+      owner,
+      [this, id = owner.id(), name](broker& b) {
+        auto r = b.delete_topic(name);
+        shards_.settle(name, id, b.get_topic(name).ok());
+        // A DLQ that outlives its topic keeps its own entry (its shard).
+        const std::string dlq = "dlq." + name;
+        shards_.settle(dlq, id, b.get_topic(dlq).ok());
+        return r;
+      },
       use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
@@ -377,7 +423,8 @@ asio::awaitable<reply> router::produce(call& c) {
   const bool batch = pr->batch;
   std::string topic = pr->cmd.topic;
   auto r_op = async_execute<produce_reply>(
-      runner_, [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); }, use_awaitable);
+      shards_.of(topic), [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); },
+      use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(topic_param_error(std::move(r).err()), c);
   if (r->results.empty()) {
@@ -402,14 +449,16 @@ asio::awaitable<reply> router::consume(call& c) {
     // round trip for the cycle. Errors of the acks as a whole are answered
     // as POST /v1/ack answers them.
     ack_batch_cmd acks{cr->cmd.topic, cr->cmd.group, cr->cmd.owner, std::move(*cr->acks)};
-    auto both_op = async_consume_after_acks(runner_, std::move(acks), std::move(cr->cmd),
-                                            cr->wait_ms, use_awaitable);
+    shard& owner = shards_.of(cr->cmd.topic);
+    auto both_op = async_consume_after_acks(owner, std::move(acks), std::move(cr->cmd), cr->wait_ms,
+                                            use_awaitable);
     auto both = co_await std::move(both_op);
     if (!both.ok()) co_return error_reply(both.err(), c);
     co_return ndjson_reply(consumed_acks_line(both->acks) + encode_deliveries(both->deliveries));
   }
+  shard& owner = shards_.of(cr->cmd.topic);
   if (!cr->stream) {
-    auto got_op = async_consume(runner_, std::move(cr->cmd), cr->wait_ms, use_awaitable);
+    auto got_op = async_consume(owner, std::move(cr->cmd), cr->wait_ms, use_awaitable);
     auto got = co_await std::move(got_op);
     if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
     co_return ndjson_reply(encode_deliveries(*got));
@@ -418,14 +467,14 @@ asio::awaitable<reply> router::consume(call& c) {
   // lease) still get a proper status and the head goes out at once.
   cr->cmd.max_messages = opts_.stream_batch;
   consume_cmd first = cr->cmd;
-  auto got_op = async_consume(runner_, std::move(first), 0, use_awaitable);
+  auto got_op = async_consume(owner, std::move(first), 0, use_awaitable);
   auto got = co_await std::move(got_op);
   if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
   reply r;
   r.res.result(status::ok);
   r.res.set(bhttp::field::content_type, k_ndjson_type);
   r.res.set(bhttp::field::cache_control, "no-store");
-  r.stream = std::make_shared<consume_stream>(runner_, std::move(cr->cmd), opts_.stream_poll_ms,
+  r.stream = std::make_shared<consume_stream>(owner, std::move(cr->cmd), opts_.stream_poll_ms,
                                               std::move(*got));
   co_return r;
 }
@@ -440,14 +489,16 @@ asio::awaitable<reply> router::ack(call& c) {
                                      : std::get<ack_batch_cmd>(*ar).topic;
   if (auto denied = deny_topic(c, ack_topic)) co_return error_reply(*denied, c);
   if (auto* single = std::get_if<ack_cmd>(&*ar)) {
+    shard& owner = shards_.of(ack_topic);
     auto r_op = async_execute<void>(
-        runner_, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
+        owner, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
     auto r = co_await std::move(r_op);
     if (!r.ok()) co_return error_reply(r.err(), c);
     co_return no_content();
   }
+  shard& owner = shards_.of(ack_topic);
   auto r_op = async_execute<std::vector<ack_outcome>>(
-      runner_,
+      owner,
       [cmd = std::move(std::get<ack_batch_cmd>(*ar))](broker& b) { return b.ack_batch(cmd); },
       use_awaitable);
   auto r = co_await std::move(r_op);
@@ -461,8 +512,9 @@ asio::awaitable<reply> router::nack(call& c) {
   auto nr = parse_nack(*p);
   if (!nr.ok()) co_return error_reply(nr.err(), c);
   if (auto denied = deny_topic(c, nr->ref.topic)) co_return error_reply(*denied, c);
+  shard& owner = shards_.of(nr->ref.topic);
   auto r_op = async_execute<void>(
-      runner_, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
+      owner, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return no_content();
@@ -474,8 +526,9 @@ asio::awaitable<reply> router::extend(call& c) {
   auto er = parse_extend(*p);
   if (!er.ok()) co_return error_reply(er.err(), c);
   if (auto denied = deny_topic(c, er->ref.topic)) co_return error_reply(*denied, c);
+  shard& owner = shards_.of(er->ref.topic);
   auto r_op = async_execute<millis>(
-      runner_, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
+      owner, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, {{"lease_expires_at_ms", *r}});
@@ -487,7 +540,8 @@ asio::awaitable<reply> router::keys(call& c) {
   auto kr = parse_key_query(*p);
   if (!kr.ok()) co_return error_reply(kr.err(), c);
   if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
-  auto r_op = async_wait_key(runner_, std::move(kr->q), kr->wait_ms, use_awaitable);
+  shard& owner = shards_.of(kr->q.topic);
+  auto r_op = async_wait_key(owner, std::move(kr->q), kr->wait_ms, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));
@@ -499,8 +553,9 @@ asio::awaitable<reply> router::key_history(call& c) {
   auto q = parse_key_history_query(*p);
   if (!q.ok()) co_return error_reply(q.err(), c);
   if (auto denied = deny_topic(c, q->topic)) co_return error_reply(*denied, c);
+  shard& owner = shards_.of(q->topic);
   auto r_op = async_execute<onceq::key_history>(
-      runner_, [q = std::move(*q)](broker& b) { return b.get_key_history(q); }, use_awaitable);
+      owner, [q = std::move(*q)](broker& b) { return b.get_key_history(q); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));
@@ -512,17 +567,17 @@ asio::awaitable<reply> router::redrive(call& c) {
   auto rr = parse_redrive(*p);
   if (!rr.ok()) co_return error_reply(rr.err(), c);
   if (auto denied = deny_topic(c, rr->topic)) co_return error_reply(*denied, c);
+  shard& owner = shards_.of(rr->topic);
   auto r_op = async_execute<std::int64_t>(
-      runner_, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
+      owner, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, {{"moved", *r}});
 }
 
 asio::awaitable<reply> router::prometheus(call& c) {
-  auto r_op = async_execute<std::vector<topic_info>>(
-      runner_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); },
-      use_awaitable);
+  auto r_op = gather<topic_info>(
+      shards_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); });
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   reply out;
@@ -531,12 +586,26 @@ asio::awaitable<reply> router::prometheus(call& c) {
   std::string& body = out.res.body();
   render_broker_metrics(body, *r, clock_.now_ms());
   body +=
-      "# HELP onceq_runner_queue_depth Commands waiting for the core thread.\n"
+      "# HELP onceq_runner_queue_depth Commands waiting for a shard's loop, all shards.\n"
       "# TYPE onceq_runner_queue_depth gauge\n";
-  body += fmt::format("onceq_runner_queue_depth {}\n", runner_.queue_depth());
-  render_storage_metrics(body, runner_.storage_health());
-  // Omitted for a store without a WAL (the in-memory store of the tests).
-  if (const auto wal = runner_.wal_sync_stats()) render_wal_sync_metrics(body, *wal);
+  body += fmt::format("onceq_runner_queue_depth {}\n", shards_.queue_depth());
+  std::vector<shard_gauges> gauges;
+  storage::store_health all{true, {}};
+  std::optional<storage::sync_stats> wal;
+  const auto topics = shards_.topic_counts();
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const shard& s = shards_.at(i);
+    gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations()});
+    if (!gauges.back().health.writable) all = gauges.back().health;
+    // Omitted for a store without a WAL (the in-memory store of the tests).
+    if (auto w = s.wal_sync_stats()) {
+      if (!wal) wal.emplace();
+      storage::add(*wal, *w);
+    }
+  }
+  render_storage_metrics(body, all);
+  render_shard_metrics(body, gauges);
+  if (wal) render_wal_sync_metrics(body, *wal);
   if (auth_ != nullptr) auth_->render_metrics(body);
   metrics_->render(body);
   out.res.prepare_payload();

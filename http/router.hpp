@@ -1,13 +1,15 @@
 #pragma once
 
 // The route table and its handlers. A handler only translates: request
-// parameters -> broker command (codec), command -> runner (the broker runs
-// on the core thread, even for reads), result -> JSON / NDJSON / error.
+// parameters -> broker command (codec), command -> the topic's shard (run
+// at once when the request is on that shard's loop, else crossing once to
+// it), result -> JSON / NDJSON / error. Routes without a topic (the topic
+// list, /metrics, healthz) gather from every shard.
 //
 // Unknown path -> 404 NOT_FOUND; known path, other method -> 405 with
 // Allow. Every answer carries X-Request-Id (the client's, or a new one).
-// Requests that need the core get 429 RESOURCE_EXHAUSTED (Retry-After)
-// while runner::queue_depth() is over http_options::max_queue_depth; the
+// Requests that need a shard get 429 RESOURCE_EXHAUSTED (Retry-After)
+// while the shards' queue_depth() is over http_options::max_queue_depth; the
 // Retry-After is the time the queued commands need at the drain rate seen
 // in the last seconds (drain_meter.hpp), http_options::retry_after_ms
 // without a recent rate.
@@ -30,7 +32,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "broker/runner.hpp"
+#include "shard/shard_set.hpp"
 #include "http/auth.hpp"
 #include "http/drain_meter.hpp"
 #include "http/message.hpp"
@@ -49,13 +51,13 @@ namespace asio = boost::asio;
 // Not thread-safe: one session drives it, on its strand.
 class consume_stream {
  public:
-  consume_stream(runner& r, consume_cmd cmd, millis poll_ms, std::vector<delivery> initial);
+  consume_stream(shard& s, consume_cmd cmd, millis poll_ms, std::vector<delivery> initial);
 
   // Lines of the deliveries that the first poll got before the head was sent.
   std::string take_initial() { return std::move(initial_); }
 
   // Waits up to poll_ms for messages and answers their NDJSON lines ("" if
-  // none came). An error (e.g. the runner stopped) ends the stream.
+  // none came). An error (e.g. the shard stopped) ends the stream.
   asio::awaitable<result<std::string>> next();
 
   // The client is gone before it got the lines of the last batch: shortens
@@ -73,7 +75,7 @@ class consume_stream {
   };
   void remember(const std::vector<delivery>& ds);
 
-  runner& runner_;
+  shard& shard_;
   consume_cmd cmd_;
   millis poll_ms_;
   std::string initial_;
@@ -90,7 +92,7 @@ class router {
  public:
   // auth: null = every route is open (no --auth-file); else it must
   // outlive the router.
-  router(runner& r, const clock& time, http_options opts, authenticator* auth = nullptr);
+  router(shard_set& shards, const clock& time, http_options opts, authenticator* auth = nullptr);
   ~router();
   router(const router&) = delete;
   router& operator=(const router&) = delete;
@@ -146,7 +148,7 @@ class router {
   // The 403 when the request's token may not use topic; nullopt if it may.
   std::optional<error> deny_topic(const call& c, std::string_view topic) const;
 
-  runner& runner_;
+  shard_set& shards_;
   const clock& clock_;
   http_options opts_;
   authenticator* auth_;

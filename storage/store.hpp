@@ -73,6 +73,13 @@ class store {
   // run in registration order. done must not block.
   virtual void when_durable(std::function<void(result<void>)> done) = 0;
 
+  // With a store that syncs on its caller (rocksdb's sync_on_caller): syncs
+  // once for every when_durable callback registered so far and runs them,
+  // on this thread. Otherwise nothing: callbacks are run by the store
+  // itself (a syncer thread, or at once). The caller is the thread that
+  // writes (a shard's loop), at the end of its iteration.
+  virtual void sync_pending() {}
+
   // Whether writes are accepted now, and why not. Any thread; never blocks
   // on the disk.
   virtual store_health health() const { return {}; }

@@ -15,6 +15,14 @@ struct sync_stats : latency_snapshot {
   std::uint64_t waiters = 0;  // when_durable callbacks released by the syncer
 };
 
+// Adds s to into (the stats of several stores, e.g. every shard's).
+inline void add(sync_stats& into, const sync_stats& s) noexcept {
+  for (std::size_t i = 0; i < into.buckets.size(); ++i) into.buckets[i] += s.buckets[i];
+  into.count += s.count;
+  into.sum_ns += s.sum_ns;
+  into.waiters += s.waiters;
+}
+
 // The writer's side of sync_stats: lock-free, so the syncer thread records
 // and any thread takes snapshots (see latency_histogram).
 class sync_stats_recorder {

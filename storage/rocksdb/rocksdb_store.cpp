@@ -685,7 +685,8 @@ result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options
             : rocksdb::kNoCompression;
     if (auto r = p->open_db(); !r.ok()) return std::move(r).err();
 
-    if (opts.fsync.kind != fsync_policy::mode::none) {
+    const bool caller_syncs = opts.sync_on_caller && opts.fsync.kind == fsync_policy::mode::always;
+    if (opts.fsync.kind != fsync_policy::mode::none && !caller_syncs) {
       p->syncer_ = std::thread([raw_p = p.get()] {
         pthread_setname_np(pthread_self(), "onceq-sync");
         raw_p->run_syncer();
@@ -817,7 +818,18 @@ void rocksdb_store::when_durable(std::function<void(result<void>)> done) {
     std::lock_guard lk(p_->mu_);
     p_->pending_.push_back(std::move(done));
   }
-  p_->cv_.notify_one();
+  if (!p_->opts_.sync_on_caller) p_->cv_.notify_one();
+}
+
+void rocksdb_store::sync_pending() {
+  if (!p_->opts_.sync_on_caller || p_->opts_.fsync.kind != fsync_policy::mode::always) return;
+  std::vector<impl::callback> ready;
+  {
+    std::lock_guard lk(p_->mu_);
+    if (p_->pending_.empty()) return;
+    ready.swap(p_->pending_);
+  }
+  p_->release(ready, p_->sync_wal());
 }
 
 std::uint64_t rocksdb_store::disk_bytes() const {

@@ -32,6 +32,12 @@ struct storage_options {
   // 0 turns it off; less than 64 KiB counts as 64 KiB. Default: 256 KiB
   // (larger chunks make the sync after each refill a visible p99 outlier).
   std::size_t wal_prezero_bytes = 256ull << 10;
+  // Under fsync always: who runs the group commit's SyncWAL. false: a
+  // syncer thread, while the writer goes on (pipelined group commit). true:
+  // the writer itself, in sync_pending() (a shard's loop at the end of its
+  // iteration, Redis's beforeSleep); no syncer thread. Default: false
+  // (docs/BENCHMARKS.md, "Sync on the loop or on a syncer").
+  bool sync_on_caller = false;
   // Used by the compaction filter to drop expired keys and dedup entries.
   // Must outlive the store. Default: a system clock owned by the store.
   const clock* time = nullptr;
@@ -69,6 +75,9 @@ class rocksdb_store final : public store {
                     const visitor& fn) override;
   result<std::string> last_key(column c, std::string_view begin, std::string_view end) override;
   void when_durable(std::function<void(result<void>)> done) override;
+  // With sync_on_caller: one SyncWAL for every callback registered so far,
+  // then runs them, on the caller's thread. Otherwise nothing.
+  void sync_pending() override;
   store_health health() const override;
   // In place: Resume, then a flush of every column family (so that writes
   // whose sync failed are durable in SST files) and a WAL sync to prove the

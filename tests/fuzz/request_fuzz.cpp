@@ -1,7 +1,7 @@
 // libFuzzer target: the request path as a connection sees it. The input is
 // the raw bytes a client sends on one connection: Beast's request parser
 // (with the session's limits) splits them into requests, each goes through
-// the router and codec to a broker core (runner thread, in-memory store,
+// the router and codec to a broker core (a shard's loop thread, in-memory store,
 // manual clock) and its answer is serialized. A fresh core per input, so a
 // crash reproduces from its one file.
 //
@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
-#include "broker/runner.hpp"
+#include "shard/shard_set.hpp"
 #include "http/request_id.hpp"
 #include "http/router.hpp"
 #include "storage/memory_store.hpp"
@@ -55,8 +55,8 @@ http_options fuzz_http_options() {
 
 // Long-polls and stream polls park for at most 1 ms of real time: the
 // parking and wake-up paths run, the fuzzer does not wait.
-runner_options fuzz_runner_options() {
-  runner_options o;
+shard_options fuzz_shard_options() {
+  shard_options o;
   o.max_wait_ms = 1;
   return o;
 }
@@ -65,8 +65,9 @@ struct harness {
   manual_clock clock;
   storage::memory_store store;
   broker core_broker{store, clock};
-  runner core_runner{core_broker, store, clock, fuzz_runner_options()};
-  router routes{core_runner, clock, fuzz_http_options()};
+  shard core_runner{0, core_broker, store, clock, fuzz_shard_options()};
+  shard_set shards{{&core_runner}};
+  router routes{shards, clock, fuzz_http_options()};
 
   harness() {
     check(core_broker.recover().ok());

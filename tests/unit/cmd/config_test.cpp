@@ -82,7 +82,7 @@ TEST(config_test, every_flag_keeps_its_help_line) {
   for (std::string_view line :
        {"  --listen HOST:PORT       address to serve on; port 0 picks a free one (default "
         "127.0.0.1:8080)",
-        "  --threads N              HTTP I/O threads, 1..256 (default 2)",
+        "  --shards N               shards, each with its own event-loop thread and store,",
         "  --max-backlog-messages N max_backlog_messages of topics created without one;\n"
         "                           0 is unlimited (default 0)",
         "  --tls-key FILE           PEM private key of --tls-cert",
@@ -121,7 +121,26 @@ TEST(config_test, ranges_are_checked_per_flag) {
   EXPECT_EQ(c->http.host, "::1");
   EXPECT_EQ(c->http.port, 0);
   EXPECT_EQ(c->http.max_queue_depth, 10u);
-  EXPECT_EQ(c->runner.max_queue, 20u);
+  EXPECT_EQ(c->shard.max_queue, 20u);
+}
+
+TEST(config_test, shards_default_to_the_cores_and_are_checked) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->shards, default_shards());
+  EXPECT_GE(c->shards, 1u);
+  EXPECT_FALSE(parse({"--shards", "0"}).ok());
+  EXPECT_FALSE(parse({"--shards", "257"}).ok());
+  c = parse({"--shards", "3"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->shards, 3u);
+  EXPECT_FALSE(parse({"--wal-sync", "sometimes"}).ok());
+  c = parse({"--wal-sync", "syncer"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->storage.sync_on_caller);
+  c = parse({"--wal-sync", "loop"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->storage.sync_on_caller);
 }
 
 TEST(config_test, log_flags_and_access_log) {
@@ -204,8 +223,10 @@ TEST_F(config_file_test, every_flag_is_a_key) {
       text += key + " = \"warn\"\n";
     } else if (key == "log-format") {
       text += key + " = \"json\"\n";
-    } else if (key == "threads") {
+    } else if (key == "threads" || key == "shards") {
       text += key + " = 4\n";
+    } else if (key == "wal-sync") {
+      text += key + " = \"syncer\"\n";
     } else {
       text += key + " = 1024\n";
     }
@@ -213,6 +234,8 @@ TEST_F(config_file_test, every_flag_is_a_key) {
   auto c = with_file(text);
   ASSERT_TRUE(c.ok()) << c.err().message << "\n" << text;
   EXPECT_EQ(c->http.threads, 4u);
+  EXPECT_EQ(c->shards, 4u);
+  EXPECT_FALSE(c->storage.sync_on_caller);
   EXPECT_EQ(c->storage.block_cache_bytes, std::size_t{1024} << 20);
   EXPECT_EQ(c->log.level, log_level::warn);
   EXPECT_EQ(c->http.tls_key_file, "x");

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
-#include "broker/runner.hpp"
+#include "shard/shard_set.hpp"
 #include "http/router.hpp"
 #include "storage/memory_store.hpp"
 
@@ -325,8 +325,9 @@ class AuthRouterTest : public ::testing::Test {
                       entry("scraper", "m-secret", {"metrics"}, {}),
                       entry("team-admin", "t-secret", {"admin"}, {"orders"})}}})),
         broker_(store_, clock_),
-        runner_(broker_, store_, clock_),
-        router_(runner_, clock_, http_options{}, &auth_) {
+        runner_(0, broker_, store_, clock_),
+        shards_({&runner_}),
+        router_(shards_, clock_, http_options{}, &auth_) {
     EXPECT_TRUE(broker_.recover().ok());
     runner_.start();
   }
@@ -352,7 +353,8 @@ class AuthRouterTest : public ::testing::Test {
   storage::memory_store store_;
   authenticator auth_;
   broker broker_;
-  runner runner_;
+  shard runner_;
+  shard_set shards_;
   router router_;
 };
 

@@ -1,9 +1,11 @@
 #pragma once
 
-// A router over a real broker (in-memory store, manual clock) and runner,
-// called without sockets: handle() runs on a private io_context.
+// A router over real shards (each a broker on an in-memory store, with its
+// loop thread; one manual clock), called without sockets: handle() runs on
+// a private io_context, so every command crosses to its shard's loop.
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
-#include "broker/runner.hpp"
 #include "http/router.hpp"
+#include "shard/shard_set.hpp"
 #include "storage/memory_store.hpp"
 
 namespace onceq::http::test {
@@ -35,25 +37,35 @@ inline http_options test_options() {
 
 class router_harness {
  public:
-  // backing: the store under the broker, which must outlive the harness;
-  // null: the harness's own in-memory store.
-  explicit router_harness(http_options opts = test_options(), storage::store* backing = nullptr)
-      : backing_(backing != nullptr ? *backing : store_),
-        broker_(backing_, clock_),
-        runner_(broker_, backing_, clock_),
-        router_(runner_, clock_, opts) {
-    auto r = broker_.recover();
-    EXPECT_TRUE(r.ok());
-    runner_.start();
+  // backing: the store under shard 0's broker, which must outlive the
+  // harness; null: the harness's own in-memory store. shards: how many.
+  explicit router_harness(http_options opts = test_options(), storage::store* backing = nullptr,
+                          std::size_t shards = 1)
+      : backing_(backing != nullptr ? *backing : store_) {
+    std::vector<shard*> ptrs;
+    for (std::uint32_t i = 0; i < shards; ++i) {
+      storage::store* st = &backing_;
+      if (i > 0) st = extra_stores_.emplace_back(std::make_unique<storage::memory_store>()).get();
+      brokers_.push_back(std::make_unique<broker>(*st, clock_));
+      EXPECT_TRUE(brokers_.back()->recover().ok());
+      shards_.push_back(std::make_unique<shard>(i, *brokers_.back(), *st, clock_));
+      ptrs.push_back(shards_.back().get());
+    }
+    set_ = std::make_unique<shard_set>(ptrs);
+    EXPECT_TRUE(set_->load().ok());
+    for (auto& s : shards_) s->start();
+    router_ = std::make_unique<router>(*set_, clock_, opts);
   }
-  ~router_harness() { runner_.stop(); }
+  ~router_harness() {
+    for (auto& s : shards_) s->stop();
+  }
 
   // Runs handle() to completion.
   reply call(request req) {
     asio::io_context ioc;
     std::optional<reply> out;
     std::exception_ptr failure;
-    asio::co_spawn(ioc, router_.handle(std::move(req)), [&](std::exception_ptr e, reply r) {
+    asio::co_spawn(ioc, router_->handle(std::move(req)), [&](std::exception_ptr e, reply r) {
       failure = e;
       if (!e) out = std::move(r);
     });
@@ -89,17 +101,20 @@ class router_harness {
   }
 
   manual_clock& clock() { return clock_; }
-  runner& core() { return runner_; }
-  router& routes() { return router_; }
+  shard& core(std::size_t i = 0) { return *shards_.at(i); }
+  shard_set& shards() { return *set_; }
+  router& routes() { return *router_; }
   storage::memory_store& store() { return store_; }
 
  private:
   manual_clock clock_;
   storage::memory_store store_;
   storage::store& backing_;
-  broker broker_;
-  runner runner_;
-  router router_;
+  std::vector<std::unique_ptr<storage::memory_store>> extra_stores_;
+  std::vector<std::unique_ptr<broker>> brokers_;
+  std::vector<std::unique_ptr<shard>> shards_;
+  std::unique_ptr<shard_set> set_;
+  std::unique_ptr<router> router_;
 };
 
 inline json body_of(const response& res) {

@@ -1,9 +1,9 @@
 #pragma once
 
-// Asio adapters over broker/runner: each starts a runner call and completes
+// Asio adapters over a shard (shard/shard.hpp): each starts a shard call and completes
 // the caller's handler (e.g. a coroutine's use_awaitable) on the handler's
-// own executor, with the runner's result. The runner's done callbacks run on
-// the core or syncer thread; they only post here, never block.
+// own executor, with the shard's result. The shard's done callbacks run on
+// its loop or its store's syncer thread; they only post here, never block.
 //
 // While a call is pending, the handler's executor counts outstanding work,
 // so an io_context::run() does not return under it.
@@ -18,7 +18,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 
-#include "broker/runner.hpp"
+#include "shard/shard.hpp"
 
 namespace onceq::http {
 
@@ -50,10 +50,10 @@ auto async_bridge(Start start, Token&& token) {
       token, std::move(start));
 }
 
-// runner::execute: fn runs on the core thread; completes with result<T>
+// shard::execute: fn runs on the core thread; completes with result<T>
 // once its writes are durable.
 template <class T, class Token>
-auto async_execute(runner& r, std::function<result<T>(broker&)> fn, Token&& token) {
+auto async_execute(shard& r, std::function<result<T>(broker&)> fn, Token&& token) {
   return async_bridge<result<T>>(
       [&r, fn = std::move(fn)](std::function<void(result<T>)> done) mutable {
         r.execute<T>(std::move(fn), std::move(done));
@@ -61,9 +61,9 @@ auto async_execute(runner& r, std::function<result<T>(broker&)> fn, Token&& toke
       std::forward<Token>(token));
 }
 
-// runner::consume with a long-poll of up to wait_ms.
+// shard::consume with a long-poll of up to wait_ms.
 template <class Token>
-auto async_consume(runner& r, consume_cmd cmd, millis wait_ms, Token&& token) {
+auto async_consume(shard& r, consume_cmd cmd, millis wait_ms, Token&& token) {
   using R = result<std::vector<delivery>>;
   return async_bridge<R>(
       [&r, cmd = std::move(cmd), wait_ms](std::function<void(R)> done) mutable {
@@ -72,12 +72,12 @@ auto async_consume(runner& r, consume_cmd cmd, millis wait_ms, Token&& token) {
       std::forward<Token>(token));
 }
 
-// runner::consume_after_acks: acks, then a consume with a long-poll of up
+// shard::consume_after_acks: acks, then a consume with a long-poll of up
 // to wait_ms.
 template <class Token>
-auto async_consume_after_acks(runner& r, ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
+auto async_consume_after_acks(shard& r, ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
                               Token&& token) {
-  using R = result<runner::acked_consume>;
+  using R = result<shard::acked_consume>;
   return async_bridge<R>(
       [&r, acks = std::move(acks), cmd = std::move(cmd),
        wait_ms](std::function<void(R)> done) mutable {
@@ -86,9 +86,9 @@ auto async_consume_after_acks(runner& r, ack_batch_cmd acks, consume_cmd cmd, mi
       std::forward<Token>(token));
 }
 
-// runner::wait_key: the key's state, waiting up to wait_ms for a commit.
+// shard::wait_key: the key's state, waiting up to wait_ms for a commit.
 template <class Token>
-auto async_wait_key(runner& r, key_query q, millis wait_ms, Token&& token) {
+auto async_wait_key(shard& r, key_query q, millis wait_ms, Token&& token) {
   using R = result<key_info>;
   return async_bridge<R>(
       [&r, q = std::move(q), wait_ms](std::function<void(R)> done) mutable {

@@ -1,9 +1,12 @@
-// The runner with a real thread: answers after durability, long-poll
-// waiters woken by produce, key waiters woken by ack, shutdown.
-#include "broker/runner.hpp"
+// A shard with its loop thread: answers after durability, long-poll
+// waiters woken by produce, key waiters woken by ack, one sync per loop
+// iteration, commands on the loop run at once, shutdown.
+#include "shard/shard.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -16,9 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class RunnerTest : public ::testing::Test {
+class ShardTest : public ::testing::Test {
  protected:
-  RunnerTest() : broker_(store_, clock_), runner_(broker_, store_, clock_) {
+  ShardTest() : broker_(store_, clock_), runner_(0, broker_, store_, clock_) {
     EXPECT_TRUE(broker_.recover().ok());
     runner_.start();
     auto created = call<topic_created>([](broker& b) { return b.create_topic({"t", 1, {}}); });
@@ -42,7 +45,7 @@ class RunnerTest : public ::testing::Test {
     });
   }
 
-  // runner::consume without a wait, answered.
+  // shard::consume without a wait, answered.
   result<std::vector<delivery>> consume_now(std::int64_t max) {
     std::promise<result<std::vector<delivery>>> p;
     runner_.consume(consume_cmd{"t", "g", "o", {}, max, {}}, 0,
@@ -50,21 +53,21 @@ class RunnerTest : public ::testing::Test {
     return p.get_future().get();
   }
 
-  // runner::consume_after_acks of acks, then up to 10 messages.
-  std::future<result<runner::acked_consume>> consume_after(std::vector<ack_item> items,
-                                                           millis wait_ms) {
-    auto p = std::make_shared<std::promise<result<runner::acked_consume>>>();
+  // shard::consume_after_acks of acks, then up to 10 messages.
+  std::future<result<shard::acked_consume>> consume_after(std::vector<ack_item> items,
+                                                          millis wait_ms) {
+    auto p = std::make_shared<std::promise<result<shard::acked_consume>>>();
     auto f = p->get_future();
-    runner_.consume_after_acks(
-        ack_batch_cmd{"t", "g", "o", std::move(items)}, consume_cmd{"t", "g", "o", {}, 10, {}},
-        wait_ms, [p](result<runner::acked_consume> r) { p->set_value(std::move(r)); });
+    runner_.consume_after_acks(ack_batch_cmd{"t", "g", "o", std::move(items)},
+                               consume_cmd{"t", "g", "o", {}, 10, {}}, wait_ms,
+                               [p](result<shard::acked_consume> r) { p->set_value(std::move(r)); });
     return f;
   }
 
   system_clock clock_;
   storage::memory_store store_;
   broker broker_;
-  runner runner_;
+  shard runner_;
 };
 
 // The ack of a delivery, as a batch-ack item.
@@ -75,7 +78,7 @@ ack_item ack_of(const delivery& d) {
   return a;
 }
 
-TEST_F(RunnerTest, LongPollIsWokenByProduce) {
+TEST_F(ShardTest, LongPollIsWokenByProduce) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
   auto start = std::chrono::steady_clock::now();
@@ -91,7 +94,7 @@ TEST_F(RunnerTest, LongPollIsWokenByProduce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
-TEST_F(RunnerTest, LongPollTimesOutEmpty) {
+TEST_F(ShardTest, LongPollTimesOutEmpty) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
   runner_.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 50,
@@ -102,7 +105,7 @@ TEST_F(RunnerTest, LongPollTimesOutEmpty) {
   EXPECT_TRUE(r->empty());
 }
 
-TEST_F(RunnerTest, BadConsumeAnswersErrorWithoutWaiting) {
+TEST_F(ShardTest, BadConsumeAnswersErrorWithoutWaiting) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
   runner_.consume(consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
@@ -111,7 +114,7 @@ TEST_F(RunnerTest, BadConsumeAnswersErrorWithoutWaiting) {
   EXPECT_EQ(f.get().code(), errc::invalid_argument);
 }
 
-TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
+TEST_F(ShardTest, KeyWaiterAdoptsTheCommittedResult) {
   ASSERT_TRUE(produce("charge", "order-9").ok());
   std::promise<result<std::vector<delivery>>> cp;
   runner_.consume(consume_cmd{"t", "g", "a", {}, 1, {}}, 0,
@@ -141,7 +144,7 @@ TEST_F(RunnerTest, KeyWaiterAdoptsTheCommittedResult) {
 
 // Acks carried on the next consume: the previous batch is acked and the
 // next one delivered by one command.
-TEST_F(RunnerTest, ConsumeAfterAcksAcksThenDelivers) {
+TEST_F(ShardTest, ConsumeAfterAcksAcksThenDelivers) {
   ASSERT_TRUE(produce("one", "k-1").ok());
   ASSERT_TRUE(produce("two").ok());
   auto first = consume_now(1);
@@ -166,7 +169,7 @@ TEST_F(RunnerTest, ConsumeAfterAcksAcksThenDelivers) {
   EXPECT_EQ(key->result_json, R"({"ok":true})");
 }
 
-TEST_F(RunnerTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
+TEST_F(ShardTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
   ASSERT_TRUE(produce("only").ok());
   auto first = consume_now(1);
   ASSERT_TRUE(first.ok());
@@ -180,19 +183,18 @@ TEST_F(RunnerTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
   EXPECT_TRUE(both->deliveries.empty());
 }
 
-TEST_F(RunnerTest, ConsumeAfterAcksOnAnUnknownTopicConsumesNothing) {
+TEST_F(ShardTest, ConsumeAfterAcksOnAnUnknownTopicConsumesNothing) {
   ack_batch_cmd acks{"missing", "g", "o", {}};
   acks.acks = {ack_item{}};
-  std::promise<result<runner::acked_consume>> ap;
-  runner_.consume_after_acks(
-      acks, consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
-      [&ap](result<runner::acked_consume> r) { ap.set_value(std::move(r)); });
+  std::promise<result<shard::acked_consume>> ap;
+  runner_.consume_after_acks(acks, consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
+                             [&ap](result<shard::acked_consume> r) { ap.set_value(std::move(r)); });
   auto f = ap.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_FALSE(f.get().ok());
 }
 
-TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
+TEST_F(ShardTest, StopReleasesWaitersAndRefusesNewWork) {
   std::promise<result<std::vector<delivery>>> p;
   auto f = p.get_future();
   runner_.consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 60'000,
@@ -205,7 +207,7 @@ TEST_F(RunnerTest, StopReleasesWaitersAndRefusesNewWork) {
 }
 
 // A store whose durability the test releases by hand: answers must wait for
-// it, whichever round of the core loop registered them.
+// it, whichever iteration of the loop registered them.
 class gated_store final : public storage::memory_store {
  public:
   void when_durable(std::function<void(result<void>)> done) override {
@@ -237,12 +239,12 @@ class gated_store final : public storage::memory_store {
   std::vector<std::function<void(result<void>)>> held_;
 };
 
-TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
+TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
   system_clock clock;
   gated_store store;
   broker b(store, clock);
   ASSERT_TRUE(b.recover().ok());
-  runner r(b, store, clock);
+  shard r(0, b, store, clock);
   r.start();
   std::promise<result<topic_created>> tp;
   r.execute<topic_created>(
@@ -284,12 +286,12 @@ TEST(RunnerDurability, AnswersWaitForTheSyncOfTheirRound) {
 
 // The acks carried on a consume are durable before the answer says so,
 // even when the consume finds nothing and answers empty after its wait.
-TEST(RunnerDurability, AckedEmptyConsumeWaitsForTheSync) {
+TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
   system_clock clock;
   gated_store store;
   broker b(store, clock);
   ASSERT_TRUE(b.recover().ok());
-  runner r(b, store, clock);
+  shard r(0, b, store, clock);
   r.start();
   std::promise<result<produce_reply>> pp;
   r.execute<produce_reply>(
@@ -310,10 +312,10 @@ TEST(RunnerDurability, AckedEmptyConsumeWaitsForTheSync) {
 
   store.hold();
   ack_batch_cmd acks{"t", "g", "o", {ack_of((*got)[0])}};
-  std::promise<result<runner::acked_consume>> ap;
+  std::promise<result<shard::acked_consume>> ap;
   auto af = ap.get_future();
   r.consume_after_acks(acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 20,
-                       [&ap](result<runner::acked_consume> x) { ap.set_value(std::move(x)); });
+                       [&ap](result<shard::acked_consume> x) { ap.set_value(std::move(x)); });
   EXPECT_EQ(af.wait_for(300ms), std::future_status::timeout) << "answered before durable";
   store.release();
   ASSERT_EQ(af.wait_for(5s), std::future_status::ready);
@@ -323,6 +325,126 @@ TEST(RunnerDurability, AckedEmptyConsumeWaitsForTheSync) {
   EXPECT_EQ(both->acks[0].code, errc::ok);
   EXPECT_TRUE(both->deliveries.empty());
   r.stop();
+}
+
+// A store that counts when_durable calls (one per loop iteration that
+// wrote) and can fail them, as a failed WAL sync does.
+class counting_store final : public storage::memory_store {
+ public:
+  void when_durable(std::function<void(result<void>)> done) override {
+    calls_.fetch_add(1);
+    if (fail_.load()) {
+      done(make_error(errc::unavailable, "wal sync failed: injected"));
+    } else {
+      done({});
+    }
+  }
+  int calls() const { return calls_.load(); }
+  void fail(bool on) { fail_.store(on); }
+
+ private:
+  std::atomic<int> calls_{0};
+  std::atomic<bool> fail_{false};
+};
+
+class ShardLoopTest : public ::testing::Test {
+ protected:
+  ShardLoopTest() : broker_(store_, clock_), shard_(0, broker_, store_, clock_) {
+    EXPECT_TRUE(broker_.recover().ok());
+    shard_.start();
+    EXPECT_TRUE(on_loop([this] { return broker_.create_topic({"t", 1, {}}).ok(); }));
+  }
+  ~ShardLoopTest() override { shard_.stop(); }
+
+  // Runs fn on the shard's loop and answers what it returned.
+  template <class Fn>
+  std::invoke_result_t<Fn> on_loop(Fn fn) {
+    std::promise<std::invoke_result_t<Fn>> p;
+    boost::asio::post(shard_.context(), [&] { p.set_value(fn()); });
+    return p.get_future().get();
+  }
+
+  std::function<result<produce_reply>(broker&)> produce_fn(std::string value) {
+    return [value](broker& b) {
+      message_in m;
+      m.value = value;
+      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+    };
+  }
+
+  system_clock clock_;
+  counting_store store_;
+  broker broker_;
+  shard shard_;
+};
+
+TEST_F(ShardLoopTest, ACommandOnItsOwnLoopRunsAtOnce) {
+  // From the loop: the command has run when execute returns (no hand-off);
+  // from another thread it crosses to the loop.
+  const bool ran_inline = on_loop([this] {
+    bool ran = false;
+    shard_.execute<produce_reply>(
+        [&ran, fn = produce_fn("a")](broker& b) {
+          ran = true;
+          return fn(b);
+        },
+        [](result<produce_reply>) {});
+    return ran && shard_.on_loop();
+  });
+  EXPECT_TRUE(ran_inline);
+  EXPECT_FALSE(shard_.on_loop());
+}
+
+TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
+  const int before = store_.calls();
+  std::atomic<int> answered{0};
+  on_loop([&] {
+    for (int i = 0; i < 10; ++i) {
+      shard_.execute<produce_reply>(produce_fn("m" + std::to_string(i)),
+                                    [&answered](result<produce_reply> r) {
+                                      EXPECT_TRUE(r.ok());
+                                      answered.fetch_add(1);
+                                    });
+    }
+    return 0;
+  });
+  // The answers are released at the end of that iteration, by one sync.
+  const int after = on_loop([&] { return store_.calls(); });
+  EXPECT_EQ(answered.load(), 10);
+  EXPECT_EQ(after - before, 1);
+}
+
+TEST_F(ShardLoopTest, AParkedKeyWaiterGetsTheFailedSyncNotCommitted) {
+  // Deliver a keyed message, park a waiter on its key, then ack while the
+  // WAL sync fails: the waiter must not hear "committed".
+  auto produced = on_loop([this] {
+    message_in m;
+    m.value = "v";
+    m.idempotency_key = "k1";
+    return broker_.produce(produce_cmd{"t", {m}, {}, {}, nullptr}).ok();
+  });
+  ASSERT_TRUE(produced);
+  auto got = on_loop([this] { return broker_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}); });
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+  std::promise<result<key_info>> kp;
+  auto kf = kp.get_future();
+  shard_.wait_key(key_query{"t", "g", "k1", {}}, 10'000,
+                  [&kp](result<key_info> r) { kp.set_value(std::move(r)); });
+  EXPECT_EQ(kf.wait_for(100ms), std::future_status::timeout);
+  store_.fail(true);
+  std::promise<result<void>> ap;
+  shard_.execute<void>(
+      [d = (*got)[0]](broker& b) {
+        return b.ack(ack_cmd{delivery_ref{"t", "g", "o", d.partition, d.offset, {}, {}}, {}});
+      },
+      [&ap](result<void> r) { ap.set_value(std::move(r)); });
+  EXPECT_EQ(ap.get_future().get().code(), errc::unavailable);
+  ASSERT_EQ(kf.wait_for(5s), std::future_status::ready);
+  auto k = kf.get();
+  ASSERT_FALSE(k.ok()) << "a parked key waiter was told committed though the ack's sync failed";
+  EXPECT_EQ(k.code(), errc::unavailable);
+  store_.fail(false);
 }
 
 }  // namespace

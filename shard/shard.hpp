@@ -1,0 +1,199 @@
+#pragma once
+
+// One shard: a broker core, its own store, and the one event-loop thread
+// that owns both (ARCHITECTURE.md, "Concurrency: shards, each owned by one
+// loop"). The loop is an Asio io_context run by that thread; HTTP sessions
+// placed on it (context()) run their requests to completion there: parse,
+// run the command on the broker, write the batch (no sync), queue the
+// answer. When the loop has no more ready events it ends the iteration
+// (Redis's beforeSleep): it ticks the broker's timers, wakes long-polls and
+// key waiters, and makes everything the iteration wrote durable with one
+// WAL sync (store::when_durable; on the loop itself when the store syncs on
+// its caller, else on the store's syncer while the loop goes on) before the
+// iteration's answers are released.
+//
+// While the store refuses writes (disk full, EIO), commands that write
+// answer errc::unavailable and reads keep working; the loop asks the store
+// to resume every 500 ms and rebuilds the broker from the store when the
+// store had to be reopened, so the shard recovers without a restart.
+//
+// Thread safety: every public member may be called from any thread. A call
+// from the shard's own loop runs the command at once (no hand-off); a call
+// from another thread crosses once: it is posted to the loop, and its done
+// callback runs there. done callbacks run on the loop or on the store's
+// syncer thread and must not block (post to your own executor).
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "broker/broker.hpp"
+
+namespace onceq {
+
+struct shard_options {
+  std::size_t max_queue = 100'000;     // Default: commands crossing from other loops before 429
+  millis max_wait_ms = k_max_wait_ms;  // Default: longest long-poll (the API's limit)
+};
+
+class shard {
+ public:
+  // b and store belong to this shard alone; all three outlive it.
+  shard(std::uint32_t id, broker& b, storage::store& store, const clock& time,
+        shard_options opts = {});
+  ~shard();  // stop()
+  shard(const shard&) = delete;
+  shard& operator=(const shard&) = delete;
+
+  std::uint32_t id() const noexcept { return id_; }
+
+  // Starts the loop thread ("onceq-shard-N").
+  void start();
+  // Stops taking commands (they answer errc::unavailable) and answers
+  // parked waiters with what they have; the loop keeps serving sessions
+  // (their answers still go out). Idempotent.
+  void drain();
+  // drain(), releases every pending answer, then ends the loop and joins
+  // its thread. Idempotent.
+  void stop();
+
+  // The loop's io_context: sessions placed here run on the shard's thread.
+  boost::asio::io_context& context() noexcept { return io_; }
+  // The broker's topics, read on the calling thread: before start() only.
+  std::vector<std::string> topics_before_start() const { return broker_.list_topics(); }
+
+  // Whether the caller runs on this shard's loop.
+  bool on_loop() const noexcept;
+
+  // Runs fn on the loop and calls done with its result after the writes it
+  // made are durable (errors are answered at once).
+  template <class T>
+  void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
+    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
+    post_job(
+        [this, fn = std::move(fn), shared_done](broker& b) mutable {
+          auto r = fn(b);
+          if (!r.ok()) {
+            (*shared_done)(std::move(r));
+            return;
+          }
+          answer_when_durable(std::move(r),
+                              [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
+        },
+        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+  }
+
+  // consume, and if nothing is available and wait_ms > 0, park until the
+  // topic gets a ready message (then try again) or wait_ms passes (then
+  // answer an empty vector).
+  void consume(consume_cmd cmd, millis wait_ms,
+               std::function<void(result<std::vector<delivery>>)> done);
+
+  // What consume_after_acks answers: the acks' outcomes (as ack_batch's)
+  // and the deliveries (as consume's).
+  struct acked_consume {
+    std::vector<ack_outcome> acks;
+    std::vector<delivery> deliveries;
+  };
+  // Acks the previous batch and consumes the next in one job, so that one
+  // durable round trip serves a consumer's whole cycle (docs/API.md, "Acks
+  // carried on the next consume"). The acks run first, exactly as
+  // ack_batch; then the consume, exactly as consume(). The answer waits
+  // until both are durable, an empty one after a long-poll too. An ack
+  // batch that fails as a whole (unknown topic, storage refusing writes)
+  // answers that error and consumes nothing.
+  void consume_after_acks(ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
+                          std::function<void(result<acked_consume>)> done);
+
+  // get_key, and if wait_ms > 0 and the key is not committed, park until it
+  // is committed or wait_ms passes (then answer its state as it is). A
+  // commit is answered only once the ack that made it is durable; if that
+  // sync fails, the failure is the answer.
+  void wait_key(key_query q, millis wait_ms, std::function<void(result<key_info>)> done);
+
+  // Commands posted from other loops and not run yet (backpressure).
+  std::size_t queue_depth() const noexcept { return queued_.load(std::memory_order_relaxed); }
+
+  // Whether the store accepts writes (store::health), for healthz and
+  // metrics. Any thread.
+  storage::store_health storage_health() const { return store_.health(); }
+
+  // The store's WAL sync statistics (store::wal_sync_stats), for metrics.
+  std::optional<storage::sync_stats> wal_sync_stats() const { return store_.wal_sync_stats(); }
+
+  // Loop iterations so far and those that ended with a sync (metrics).
+  std::uint64_t iterations() const noexcept { return iterations_.load(std::memory_order_relaxed); }
+
+ private:
+  using job = std::function<void(broker&)>;
+  using reject = std::function<void(error)>;
+  using durable_fn = std::function<void(result<void>)>;
+  void post_job(job j, reject r);
+  void run_loop();
+  // The end of one loop iteration: resume, tick, waiters, then one sync for
+  // everything the iteration wrote.
+  void end_iteration();
+  // How long the loop may sleep: the broker's next deadline, parked
+  // waiters' deadlines, the next resume attempt.
+  std::chrono::steady_clock::duration sleep_budget() const;
+  // Loop: fn runs once the writes made so far are durable. Answers
+  // gathered over one iteration share one when_durable (and so one sync),
+  // including consumes woken by that iteration's produces.
+  void after_durable(durable_fn fn);
+  void end_round();
+  // While the store refuses writes: store::resume() every k_resume_every,
+  // and a rebuild of the broker's memory when the store had to reopen.
+  void try_resume();
+  // Answers parked waiters with what they have (drain, stop).
+  void release_waiters();
+  // Calls done(r) once durable, or done(the durability error).
+  template <class T, class Done>
+  void answer_when_durable(result<T> r, Done done) {
+    after_durable([r = std::move(r), done = std::move(done)](result<void> durable) mutable {
+      if (!durable.ok()) {
+        done(result<T>(std::move(durable).err()));
+      } else {
+        done(std::move(r));
+      }
+    });
+  }
+  void answer_durable(result<std::vector<delivery>> r,
+                      std::function<void(result<std::vector<delivery>>)> done);
+  void wake_waiters();
+
+  struct waiter;
+  struct key_waiter;
+  // Loop: consume for w now, or park it (wait_ms > 0, nothing yet).
+  void consume_now(broker& b, std::shared_ptr<waiter> w, millis wait_ms);
+
+  std::uint32_t id_;
+  broker& broker_;
+  storage::store& store_;
+  const clock& clock_;
+  shard_options opts_;
+
+  boost::asio::io_context io_{1};
+  std::thread thread_;
+  std::atomic<std::thread::id> loop_thread_{};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stop_loop_{false};
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<std::uint64_t> iterations_{0};
+
+  // Loop only.
+  std::vector<std::shared_ptr<waiter>> waiters_;
+  std::vector<std::shared_ptr<key_waiter>> key_waiters_;
+  std::vector<durable_fn> round_;
+  std::chrono::steady_clock::time_point next_resume_{};
+  bool needs_recover_ = false;
+};
+
+}  // namespace onceq
