@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The server CPU one request costs on onceq's HTTP layer alone, against
 # Redis's whole durable write: 64 connections each.
-#   onceq  GET /v1/healthz (wrk): parse, route, answer; no core thread,
-#          no storage, no fsync
+#   onceq  GET /v1/healthz (wrk): parse, route, answer on the shards'
+#          loops; no command, no storage, no fsync
 #   Redis  PING (redis-benchmark), then XADD of 256 bytes with
 #          appendonly yes, appendfsync always
 # CPU is the server's utime+stime over the run (/proc/PID/stat) divided by
 # the requests. Needs wrk, redis-server, redis-benchmark; talks only to
 # 127.0.0.1 and stops only the servers it started.
 #   bench/http_floor.sh [ONCEQD]   (default build-rel/cmd/onceqd)
-# Environment: THREADS (onceqd --threads, default 2), SECONDS_PER_RUN (8).
+# Environment: SHARDS (onceqd --shards, default 1: one loop, as Redis has
+# one), SECONDS_PER_RUN (8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 onceqd="${1:-build-rel/cmd/onceqd}"
-threads="${THREADS:-2}"
+shards="${SHARDS:-1}"
 secs="${SECONDS_PER_RUN:-8}"
 tck=$(getconf CLK_TCK)
 dir=$(mktemp -d)
@@ -37,7 +38,7 @@ wait_port() {
 }
 
 port=18931
-"$onceqd" --listen "127.0.0.1:$port" --threads "$threads" --data-dir "$dir/onceq" \
+"$onceqd" --listen "127.0.0.1:$port" --shards "$shards" --data-dir "$dir/onceq" \
   >"$dir/onceq.log" 2>&1 &
 pids+=($!)
 wait_port "$port"
@@ -46,7 +47,7 @@ out=$(wrk -t2 -c64 -d"${secs}s" "http://127.0.0.1:$port/v1/healthz")
 c1=$(cpu_ticks "${pids[0]}")
 n=$(awk '/requests in/ {print $1}' <<<"$out")
 rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-echo "onceq GET /v1/healthz (--threads $threads): $rate req/s, server CPU $(per_request "$c0" "$c1" "$n") us/request"
+echo "onceq GET /v1/healthz (--shards $shards): $rate req/s, server CPU $(per_request "$c0" "$c1" "$n") us/request"
 
 rport=18932
 redis-server --port "$rport" --dir "$dir" --appendonly yes --appendfsync always --save '' \

@@ -1,6 +1,7 @@
 #include "bench/onceq_driver.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <simdjson.h>
 #include <boost/beast/http/verb.hpp>
 #include <nlohmann/json.hpp>
@@ -393,7 +394,10 @@ class onceq_driver final : public system_driver {
 
   std::string_view name() const override { return "onceq"; }
 
-  std::string setting(durability d) const override { return fmt::format("--fsync {}", policy(d)); }
+  std::string setting(durability d) const override {
+    return fmt::format("--fsync {}{}{}", policy(d), o_.onceqd_args.empty() ? "" : " ",
+                       fmt::join(o_.onceqd_args, " "));
+  }
 
   bool supports(durability, std::string& why) override {
     if (access(o_.onceqd.c_str(), X_OK) != 0) {
@@ -409,9 +413,10 @@ class onceq_driver final : public system_driver {
 
   void start(durability d, const std::filesystem::path& dir) override {
     std::filesystem::create_directories(dir / "data");
-    proc_.start({o_.onceqd, "--listen", "127.0.0.1:0", "--data-dir", (dir / "data").string(),
-                 "--fsync", policy(d)},
-                dir / "onceqd.log");
+    std::vector<std::string> argv{o_.onceqd,  "--listen", "127.0.0.1:0", "--data-dir",
+                                  (dir / "data").string(), "--fsync", policy(d)};
+    argv.insert(argv.end(), o_.onceqd_args.begin(), o_.onceqd_args.end());
+    proc_.start(argv, dir / "onceqd.log");
     const auto line = proc_.wait_for_log("onceqd listening on", 60s);
     if (!line) {
       throw std::runtime_error(

@@ -38,6 +38,7 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
   --wait-ms MS                   long-poll wait per fetch (100)
   --time-limit S                 cap per measured phase (120)
   --onceqd PATH                  server binary (<bench dir>/../cmd/onceqd)
+  --onceqd-args "ARGS"           more onceqd flags, e.g. "--shards 1 --wal-sync loop"
   --onceq-default-fsync POLICY   onceq's policy at durability "default" (interval:10)
   --nats-server PATH --redis-server PATH
   --tmp DIR                      parent of the per-run data dirs (/tmp)
@@ -167,6 +168,14 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.time_limit_s) && o.time_limit_s > 0;
     } else if (flag == "--onceqd") {
       o.onceqd = value;
+    } else if (flag == "--onceqd-args") {
+      o.onceqd_args.clear();
+      std::size_t at = 0;
+      while (at < value.size()) {
+        const auto end = std::min(value.find(' ', at), value.size());
+        if (end > at) o.onceqd_args.emplace_back(value.substr(at, end - at));
+        at = end + 1;
+      }
     } else if (flag == "--onceq-default-fsync") {
       o.onceq_default_fsync = value;
     } else if (flag == "--nats-server") {

@@ -45,6 +45,8 @@ struct bench_options {
 
   std::string onceqd;                               // Default: <dir of onceq-bench>/../cmd/onceqd
   std::string onceq_default_fsync = "interval:10";  // Default: interval:10
+  // More onceqd flags, split on spaces (e.g. "--shards 1 --wal-sync loop").
+  std::vector<std::string> onceqd_args;  // Default: none
   std::string nats_server = "nats-server";
   std::string redis_server = "redis-server";
   std::string tmp_root = "/tmp";

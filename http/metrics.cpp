@@ -250,6 +250,9 @@ void render_connection_metrics(std::string& out, const connection_stats& s) {
                 "cipher mismatch, plain HTTP on the TLS port).");
   fmt::format_to(it, "onceq_tls_handshake_failures_total {}\n",
                  s.tls_handshake_failures.load(relaxed));
+  append_family(out, "onceq_connections_migrated_total", "counter",
+                "Connections moved to the loop of the shard their requests kept going to.");
+  fmt::format_to(it, "onceq_connections_migrated_total {}\n", s.migrations.load(relaxed));
 }
 
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {

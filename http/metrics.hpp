@@ -28,6 +28,7 @@ struct connection_stats {
   std::atomic<std::int64_t> open{0};
   std::atomic<std::uint64_t> header_timeouts{0};         // cut: header block not complete in time
   std::atomic<std::uint64_t> tls_handshake_failures{0};  // incl. plain HTTP on the TLS port
+  std::atomic<std::uint64_t> migrations{0};  // connections moved to their topics' shard's loop
 };
 
 // Appends onceq_connections_* and onceq_http_header_timeouts_total.

@@ -63,14 +63,17 @@ bool match(std::string_view pattern, const std::vector<std::string_view>& segs,
 
 // Runs fn on every shard, one after another, and joins the answers in
 // shard order (the routes without a topic: the topic list, /metrics).
+// per_shard: if given, how many answers each shard gave.
 template <class T>
 asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
-                                               std::function<result<std::vector<T>>(broker&)> fn) {
+                                               std::function<result<std::vector<T>>(broker&)> fn,
+                                               std::vector<std::size_t>* per_shard = nullptr) {
   std::vector<T> all;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     auto op = async_execute<std::vector<T>>(shards.at(i), fn, use_awaitable);
     auto r = co_await std::move(op);
     if (!r.ok()) co_return std::move(r).err();
+    if (per_shard != nullptr) per_shard->push_back(r->size());
     std::move(r->begin(), r->end(), std::back_inserter(all));
   }
   co_return all;
@@ -92,6 +95,7 @@ struct router::call {
   std::string_view query;
   std::vector<std::string> captures;
   auth_grant grant;  // what the token may do (everything when auth is off)
+  std::optional<std::uint32_t> shard;  // the shard the command ran on (reply::shard)
 };
 
 // The scope column is the whole authorization policy of the API
@@ -195,6 +199,12 @@ std::vector<scope> router::route_scopes() const {
   return out;
 }
 
+shard& router::route(call& c, std::string_view topic) {
+  shard& s = shards_.of(topic);
+  c.shard = s.id();
+  return s;
+}
+
 std::optional<error> router::deny_topic(const call& c, std::string_view topic) const {
   if (auth_ == nullptr || c.grant.may_use(topic)) return std::nullopt;
   return auth_->deny_topic(c.grant, topic);
@@ -208,13 +218,13 @@ response router::error_response(const error& e, unsigned version,
 }
 
 reply router::error_reply(const error& e, const call& c, std::string_view allow) const {
-  reply r{make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}};
+  reply r{make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}, {}};
   return r;
 }
 
 asio::awaitable<reply> router::handle(request req) {
   const auto started = std::chrono::steady_clock::now();
-  call c{req, request_id_for(req[k_request_id_header]), {}, {}, {}};
+  call c{req, request_id_for(req[k_request_id_header]), {}, {}, {}, {}};
 
   std::string_view target = req.target();
   std::string_view path = target.substr(0, target.find('?'));
@@ -278,6 +288,7 @@ asio::awaitable<reply> router::handle(request req) {
 
   out.res.version(req.version());
   out.res.set(k_request_id_header, c.request_id);
+  out.shard = c.shard;
   const auto finished = std::chrono::steady_clock::now();
   if (!answered && found->needs_core) drain_.completed(finished);
   const double seconds = std::chrono::duration<double>(finished - started).count();
@@ -359,6 +370,7 @@ asio::awaitable<reply> router::create_topic(call& c) {
   // placement on that shard's loop, so that creates and deletes of one
   // name are ordered there.
   shard& owner = shards_.place(cmd->name);
+  c.shard = owner.id();
   auto r_op = async_execute<topic_created>(
       owner,
       [this, id = owner.id(), cmd = std::move(*cmd)](broker& b) {
@@ -387,7 +399,7 @@ asio::awaitable<reply> router::get_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   const std::string& name = c.captures.at(0);
   auto r_op = async_execute<topic_info>(
-      shards_.of(name), [name](broker& b) { return b.get_topic(name); }, use_awaitable);
+      route(c, name), [name](broker& b) { return b.get_topic(name); }, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));
@@ -396,7 +408,7 @@ asio::awaitable<reply> router::get_topic(call& c) {
 asio::awaitable<reply> router::delete_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   const std::string& name = c.captures.at(0);
-  shard& owner = shards_.of(name);
+  shard& owner = route(c, name);
   auto r_op = async_execute<void>(
       owner,
       [this, id = owner.id(), name](broker& b) {
@@ -423,7 +435,7 @@ asio::awaitable<reply> router::produce(call& c) {
   const bool batch = pr->batch;
   std::string topic = pr->cmd.topic;
   auto r_op = async_execute<produce_reply>(
-      shards_.of(topic), [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); },
+      route(c, topic), [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); },
       use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(topic_param_error(std::move(r).err()), c);
@@ -449,14 +461,14 @@ asio::awaitable<reply> router::consume(call& c) {
     // round trip for the cycle. Errors of the acks as a whole are answered
     // as POST /v1/ack answers them.
     ack_batch_cmd acks{cr->cmd.topic, cr->cmd.group, cr->cmd.owner, std::move(*cr->acks)};
-    shard& owner = shards_.of(cr->cmd.topic);
+    shard& owner = route(c, cr->cmd.topic);
     auto both_op = async_consume_after_acks(owner, std::move(acks), std::move(cr->cmd), cr->wait_ms,
                                             use_awaitable);
     auto both = co_await std::move(both_op);
     if (!both.ok()) co_return error_reply(both.err(), c);
     co_return ndjson_reply(consumed_acks_line(both->acks) + encode_deliveries(both->deliveries));
   }
-  shard& owner = shards_.of(cr->cmd.topic);
+  shard& owner = route(c, cr->cmd.topic);
   if (!cr->stream) {
     auto got_op = async_consume(owner, std::move(cr->cmd), cr->wait_ms, use_awaitable);
     auto got = co_await std::move(got_op);
@@ -489,14 +501,14 @@ asio::awaitable<reply> router::ack(call& c) {
                                      : std::get<ack_batch_cmd>(*ar).topic;
   if (auto denied = deny_topic(c, ack_topic)) co_return error_reply(*denied, c);
   if (auto* single = std::get_if<ack_cmd>(&*ar)) {
-    shard& owner = shards_.of(ack_topic);
+    shard& owner = route(c, ack_topic);
     auto r_op = async_execute<void>(
         owner, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
     auto r = co_await std::move(r_op);
     if (!r.ok()) co_return error_reply(r.err(), c);
     co_return no_content();
   }
-  shard& owner = shards_.of(ack_topic);
+  shard& owner = route(c, ack_topic);
   auto r_op = async_execute<std::vector<ack_outcome>>(
       owner,
       [cmd = std::move(std::get<ack_batch_cmd>(*ar))](broker& b) { return b.ack_batch(cmd); },
@@ -512,7 +524,7 @@ asio::awaitable<reply> router::nack(call& c) {
   auto nr = parse_nack(*p);
   if (!nr.ok()) co_return error_reply(nr.err(), c);
   if (auto denied = deny_topic(c, nr->ref.topic)) co_return error_reply(*denied, c);
-  shard& owner = shards_.of(nr->ref.topic);
+  shard& owner = route(c, nr->ref.topic);
   auto r_op = async_execute<void>(
       owner, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -526,7 +538,7 @@ asio::awaitable<reply> router::extend(call& c) {
   auto er = parse_extend(*p);
   if (!er.ok()) co_return error_reply(er.err(), c);
   if (auto denied = deny_topic(c, er->ref.topic)) co_return error_reply(*denied, c);
-  shard& owner = shards_.of(er->ref.topic);
+  shard& owner = route(c, er->ref.topic);
   auto r_op = async_execute<millis>(
       owner, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -540,7 +552,7 @@ asio::awaitable<reply> router::keys(call& c) {
   auto kr = parse_key_query(*p);
   if (!kr.ok()) co_return error_reply(kr.err(), c);
   if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
-  shard& owner = shards_.of(kr->q.topic);
+  shard& owner = route(c, kr->q.topic);
   auto r_op = async_wait_key(owner, std::move(kr->q), kr->wait_ms, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
@@ -553,7 +565,7 @@ asio::awaitable<reply> router::key_history(call& c) {
   auto q = parse_key_history_query(*p);
   if (!q.ok()) co_return error_reply(q.err(), c);
   if (auto denied = deny_topic(c, q->topic)) co_return error_reply(*denied, c);
-  shard& owner = shards_.of(q->topic);
+  shard& owner = route(c, q->topic);
   auto r_op = async_execute<onceq::key_history>(
       owner, [q = std::move(*q)](broker& b) { return b.get_key_history(q); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -567,7 +579,7 @@ asio::awaitable<reply> router::redrive(call& c) {
   auto rr = parse_redrive(*p);
   if (!rr.ok()) co_return error_reply(rr.err(), c);
   if (auto denied = deny_topic(c, rr->topic)) co_return error_reply(*denied, c);
-  shard& owner = shards_.of(rr->topic);
+  shard& owner = route(c, rr->topic);
   auto r_op = async_execute<std::int64_t>(
       owner, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
   auto r = co_await std::move(r_op);
@@ -576,8 +588,9 @@ asio::awaitable<reply> router::redrive(call& c) {
 }
 
 asio::awaitable<reply> router::prometheus(call& c) {
+  std::vector<std::size_t> topics;  // per shard, DLQs included
   auto r_op = gather<topic_info>(
-      shards_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); });
+      shards_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); }, &topics);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   reply out;
@@ -592,7 +605,6 @@ asio::awaitable<reply> router::prometheus(call& c) {
   std::vector<shard_gauges> gauges;
   storage::store_health all{true, {}};
   std::optional<storage::sync_stats> wal;
-  const auto topics = shards_.topic_counts();
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const shard& s = shards_.at(i);
     gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations()});

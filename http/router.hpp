@@ -86,6 +86,9 @@ class consume_stream {
 struct reply {
   response res;
   std::shared_ptr<consume_stream> stream;  // set: res is the head of a chunked stream
+  // The shard whose loop ran the command, for a route with a topic: a
+  // session whose requests keep going to another shard moves there.
+  std::optional<std::uint32_t> shard;
 };
 
 class router {
@@ -145,6 +148,8 @@ class router {
   asio::awaitable<reply> openapi(call& c);
 
   reply error_reply(const error& e, const call& c, std::string_view allow = {}) const;
+  // The topic's shard, noted in the call (reply::shard).
+  shard& route(call& c, std::string_view topic);
   // The 403 when the request's token may not use topic; nullopt if it may.
   std::optional<error> deny_topic(const call& c, std::string_view topic) const;
 

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
@@ -37,15 +39,17 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         strand(asio::make_strand(ioc)),
         acceptor(strand) {}
 
-  // Where the next session runs.
-  asio::any_io_executor next_executor() {
-    if (!pooled) return asio::make_strand(ioc);
-    return pool[next++ % pool.size()]->get_executor();
+  // Where the next session runs, and the index of that loop in the pool
+  // (none without a pool).
+  std::pair<asio::any_io_executor, std::optional<std::uint32_t>> next_executor() {
+    if (!pooled) return {asio::make_strand(ioc), std::nullopt};
+    const auto i = static_cast<std::uint32_t>(next++ % pool.size());
+    return {pool[i]->get_executor(), i};
   }
 
   asio::awaitable<void> accept_loop() {
     while (acceptor.is_open()) {
-      asio::any_io_executor ex = next_executor();
+      auto [ex, home] = next_executor();
       auto [ec, socket] = co_await acceptor.async_accept(ex, k_tuple);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
@@ -67,7 +71,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
       }
       stats.accepted.fetch_add(1, std::memory_order_relaxed);
       socket.set_option(tcp::no_delay(true), ignored);
-      start_session(std::move(socket), rt, registry);
+      start_session(std::move(socket), rt, registry, home);
     }
   }
 
@@ -88,7 +92,9 @@ server::server(asio::io_context& ioc, router& r, http_options opts,
 
 server::server(std::vector<asio::io_context*> pool, router& r, http_options opts,
                std::shared_ptr<asio::ssl::context> tls)
-    : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts), std::move(tls))) {}
+    : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts), std::move(tls))) {
+  p_->registry->set_loops(p_->pool);
+}
 
 server::~server() {
   beast::error_code ec;

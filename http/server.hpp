@@ -12,7 +12,11 @@
 // - one io_context, run on as many threads as you like: each session gets
 //   its own strand;
 // - a pool of io_contexts, each run by exactly one thread (what onceqd
-//   does): sessions are spread over them round robin and need no strand.
+//   does: pool[i] is shard i's loop): sessions are spread over them round
+//   robin and need no strand. A plain-HTTP session whose requests keep
+//   going to another shard moves to that shard's loop between requests
+//   (onceq_connections_migrated_total), so a steady client pays no
+//   crossing.
 //   Threads then never contend for one scheduler's lock: with two threads
 //   sharing one io_context, its mutex was the source of most of onceqd's
 //   futex calls (perf, W2).

@@ -1,6 +1,7 @@
 #include "http/session.hpp"
 
 #include <openssl/ssl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -21,6 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/detect_ssl.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/stream_traits.hpp>
@@ -78,11 +80,21 @@ class basic_session final : public session,
   // stream_args: what Stream is constructed from (the socket; for TLS also
   // the context).
   template <class... StreamArgs>
-  basic_session(router& r, std::shared_ptr<session_registry> registry, StreamArgs&&... stream_args)
+  basic_session(router& r, std::shared_ptr<session_registry> registry,
+                std::optional<std::uint32_t> home, std::string pending, bool adopted,
+                StreamArgs&&... stream_args)
       : registry_(std::move(registry)),
         opts_(registry_->options()),
         router_(r),
-        stream_(std::forward<StreamArgs>(stream_args)...) {}
+        stream_(std::forward<StreamArgs>(stream_args)...),
+        home_(home),
+        adopted_(adopted) {
+    if (!pending.empty()) {
+      auto room = buffer_.prepare(pending.size());
+      asio::buffer_copy(room, asio::buffer(pending));
+      buffer_.commit(pending.size());
+    }
+  }
 
   ~basic_session() override {
     if (registered_) registry_->remove(id_);
@@ -104,6 +116,12 @@ class basic_session final : public session,
   asio::awaitable<void> watch_peer();
   asio::awaitable<void> reject(const error& e, unsigned version, std::string request_id);
   asio::awaitable<void> close(bool drain);
+  // After an answer: counts requests served by another shard; true when
+  // the session should move there now (see start_session).
+  bool note_shard(std::optional<std::uint32_t> shard);
+  // Hands the socket and the bytes read so far to the loop of shard
+  // target. False (the session stays) if the socket cannot be released.
+  bool migrate(std::uint32_t target);
 
   std::shared_ptr<session_registry> registry_;
   const http_options& opts_;  // owned by registry_
@@ -116,6 +134,10 @@ class basic_session final : public session,
   bool closing_ = false;    // close after the current answer
   bool peer_gone_ = false;  // stream mode: the client closed its side
   bool secured_ = false;    // TLS: the handshake finished
+  std::optional<std::uint32_t> home_;  // the shard of this loop
+  bool adopted_ = false;               // moved here from another loop
+  std::uint32_t foreign_ = 0;          // the other shard of the last answers
+  int foreign_streak_ = 0;             // answers in a row from foreign_
 };
 
 template <class Stream>
@@ -201,7 +223,7 @@ asio::awaitable<void> basic_session<Stream>::run() {
       co_return;
     }
   }
-  bool first = true;
+  bool first = !adopted_;
   while (!closing_ && !registry_->stopping()) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(opts_.max_body_bytes);
@@ -311,9 +333,58 @@ asio::awaitable<void> basic_session<Stream>::run() {
     r.res.keep_alive(keep);
     auto written = write(r.res);
     if (!co_await std::move(written) || !keep) break;
+    if (note_shard(r.shard) && migrate(foreign_)) co_return;
   }
   auto closed = close(drain);
   co_await std::move(closed);
+}
+
+template <class Stream>
+bool basic_session<Stream>::note_shard(std::optional<std::uint32_t> shard) {
+  if (k_tls || !home_ || !shard || *shard == *home_ || registry_->loop(*shard) == nullptr) {
+    foreign_streak_ = 0;
+    return false;
+  }
+  if (foreign_streak_ > 0 && foreign_ == *shard) {
+    ++foreign_streak_;
+  } else {
+    foreign_ = *shard;
+    foreign_streak_ = 1;
+  }
+  return foreign_streak_ >= k_migrate_after;
+}
+
+template <class Stream>
+bool basic_session<Stream>::migrate(std::uint32_t target) {
+  if constexpr (k_tls) {
+    return false;
+  } else {
+    asio::io_context* loop = registry_->loop(target);
+    auto& sock = tcp().socket();
+    beast::error_code ec;
+    const auto protocol = sock.local_endpoint(ec).protocol();
+    if (ec || loop == nullptr) return false;
+    // Nothing is in flight (between requests, no timer pending on a read
+    // or write): the socket leaves this loop's reactor with no operation.
+    tcp().expires_never();
+    const int fd = sock.release(ec);
+    if (ec) return false;
+    std::string pending = beast::buffers_to_string(buffer_.data());
+    registry_->stats().migrations.fetch_add(1, k_relaxed);
+    asio::post(*loop, [loop, fd, protocol, target, pending = std::move(pending), &rt = router_,
+                       registry = registry_]() mutable {
+      asio::ip::tcp::socket adopted(*loop);
+      beast::error_code aec;
+      adopted.assign(protocol, fd, aec);
+      if (aec) {
+        ::close(fd);
+        return;
+      }
+      start_session(std::move(adopted), rt, std::move(registry), target, std::move(pending),
+                    true);
+    });
+    return true;
+  }
 }
 
 template <class Stream>
@@ -443,14 +514,17 @@ asio::awaitable<void> basic_session<Stream>::close(bool drain) {
 }  // namespace
 
 void start_session(asio::ip::tcp::socket socket, router& r,
-                   std::shared_ptr<session_registry> registry) {
+                   std::shared_ptr<session_registry> registry, std::optional<std::uint32_t> home,
+                   std::string pending, bool adopted) {
   if (asio::ssl::context* tls = registry->tls()) {
-    auto s = std::make_shared<basic_session<tls_stream>>(r, std::move(registry), std::move(socket),
-                                                         *tls);
+    auto s = std::make_shared<basic_session<tls_stream>>(r, std::move(registry), home,
+                                                         std::move(pending), adopted,
+                                                         std::move(socket), *tls);
     s->start();
   } else {
-    auto s =
-        std::make_shared<basic_session<plain_stream>>(r, std::move(registry), std::move(socket));
+    auto s = std::make_shared<basic_session<plain_stream>>(r, std::move(registry), home,
+                                                           std::move(pending), adopted,
+                                                           std::move(socket));
     s->start();
   }
 }

@@ -22,7 +22,10 @@
 // executor); the router's runner calls complete back onto it. shutdown()
 // may be called from any thread.
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <boost/asio/ip/tcp.hpp>
 
@@ -46,7 +49,21 @@ class session {
 // Registers a session for the accepted socket (TLS when registry->tls() is
 // set) and starts serving it on the socket's executor. The session keeps
 // itself alive until its connection closes.
+//
+// home: the shard whose loop runs the socket's executor (registry->loop),
+// if any. A plain session on a home that answered its last
+// k_migrate_after requests from one other shard moves there when nothing
+// is in flight on it: its socket is released from this loop and adopted by
+// the other, with the bytes already read (pending), as a session adopted
+// mid-connection (adopted: idle_timeout_ms to the next request, not the
+// connection's first header_timeout_ms). TLS sessions stay.
 void start_session(asio::ip::tcp::socket socket, router& r,
-                   std::shared_ptr<session_registry> registry);
+                   std::shared_ptr<session_registry> registry,
+                   std::optional<std::uint32_t> home = std::nullopt, std::string pending = {},
+                   bool adopted = false);
+
+// Consecutive requests served by one other shard before a session moves to
+// that shard's loop.
+inline constexpr int k_migrate_after = 2;
 
 }  // namespace onceq::http

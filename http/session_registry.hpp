@@ -17,9 +17,12 @@
 #include "http/metrics.hpp"
 #include "http/options.hpp"
 
-namespace boost::asio::ssl {
+namespace boost::asio {
+class io_context;
+namespace ssl {
 class context;
 }
+}  // namespace boost::asio
 
 namespace onceq::http {
 
@@ -37,6 +40,13 @@ class session_registry {
   connection_stats& stats() const noexcept { return stats_; }
   boost::asio::ssl::context* tls() const noexcept { return tls_.get(); }
 
+  // The shards' loops, loop i running shard i (server's pool layout): where
+  // a session may move to follow its requests' shard. Set before start.
+  void set_loops(std::vector<boost::asio::io_context*> loops) { loops_ = std::move(loops); }
+  boost::asio::io_context* loop(std::uint32_t shard) const noexcept {
+    return shard < loops_.size() ? loops_[shard] : nullptr;
+  }
+
   // add() and remove() also keep stats().open.
   std::uint64_t add(std::weak_ptr<session> s);
   void remove(std::uint64_t id);
@@ -50,6 +60,7 @@ class session_registry {
   const http_options opts_;
   connection_stats& stats_;
   const std::shared_ptr<boost::asio::ssl::context> tls_;
+  std::vector<boost::asio::io_context*> loops_;
   mutable std::mutex mu_;
   std::uint64_t next_id_ = 0;
   std::vector<std::pair<std::uint64_t, std::weak_ptr<session>>> sessions_;
