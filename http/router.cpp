@@ -40,11 +40,11 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return out;
 }
 
-// Matches path segments against a pattern; captures "{...}" segments
-// (percent-decoded). False on a mismatch or a bad escape.
-bool match(std::string_view pattern, const std::vector<std::string_view>& segs,
+// Matches path segments against a pattern's segments (split once, in the
+// router's constructor); captures "{...}" segments (percent-decoded).
+// False on a mismatch or a bad escape.
+bool match(const std::vector<std::string_view>& pat, const std::vector<std::string_view>& segs,
            std::vector<std::string>* captures) {
-  auto pat = split_path(pattern);
   if (pat.size() != segs.size()) return false;
   std::vector<std::string> caps;
   for (std::size_t i = 0; i < pat.size(); ++i) {
@@ -94,7 +94,7 @@ struct router::call {
   std::string request_id;
   std::string_view query;
   std::vector<std::string> captures;
-  auth_grant grant;  // what the token may do (everything when auth is off)
+  auth_grant grant;                    // what the token may do (everything when auth is off)
   std::optional<std::uint32_t> shard;  // the shard the command ran on (reply::shard)
 };
 
@@ -173,6 +173,7 @@ void consume_stream::abandon_last() {
 router::router(shard_set& shards, const clock& time, http_options opts, authenticator* auth)
     : shards_(shards), clock_(time), opts_(std::move(opts)), auth_(auth) {
   for (std::size_t i = 0; i < k_route_count; ++i) {
+    route_segments_.push_back(split_path(k_routes[i].pattern));
     std::string label(k_routes[i].pattern);
     auto it = std::find(labels_.begin(), labels_.end(), label);
     route_label_.push_back(static_cast<std::size_t>(it - labels_.begin()));
@@ -218,7 +219,8 @@ response router::error_response(const error& e, unsigned version,
 }
 
 reply router::error_reply(const error& e, const call& c, std::string_view allow) const {
-  reply r{make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}, {}};
+  reply r{
+      make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}, {}};
   return r;
 }
 
@@ -237,7 +239,7 @@ asio::awaitable<reply> router::handle(request req) {
   std::string allow;
   for (std::size_t i = 0; i < k_route_count; ++i) {
     std::vector<std::string> caps;
-    if (!match(k_routes[i].pattern, segs, &caps)) continue;
+    if (!match(route_segments_[i], segs, &caps)) continue;
     label = route_label_[i];
     if (k_routes[i].method == req.method()) {
       found = &k_routes[i];

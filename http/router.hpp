@@ -32,12 +32,12 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "shard/shard_set.hpp"
 #include "http/auth.hpp"
 #include "http/drain_meter.hpp"
 #include "http/message.hpp"
 #include "http/metrics.hpp"
 #include "http/options.hpp"
+#include "shard/shard_set.hpp"
 
 namespace onceq::http {
 
@@ -160,6 +160,8 @@ class router {
   drain_meter drain_;
   std::vector<std::string> labels_;       // metric label per distinct pattern (+ "unmatched")
   std::vector<std::size_t> route_label_;  // route index -> label index
+  // route index -> its pattern's segments (views of the static pattern)
+  std::vector<std::vector<std::string_view>> route_segments_;
   std::unique_ptr<http_metrics> metrics_;
 };
 

@@ -21,8 +21,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/stream_traits.hpp>
@@ -38,6 +38,7 @@
 #include "http/access_log.hpp"
 #include "http/params.hpp"  // k_json_padding
 #include "http/request_id.hpp"
+#include "http/wire.hpp"
 #include "storage/base/log.hpp"
 
 namespace onceq::http {
@@ -128,12 +129,13 @@ class basic_session final : public session,
   router& router_;
   Stream stream_;
   beast::flat_buffer buffer_;
+  std::string head_;  // the answer's head, rendered by write()
   std::uint64_t id_ = 0;
   bool registered_ = false;
-  bool reading_ = false;    // waiting for a request: shutdown() closes at once
-  bool closing_ = false;    // close after the current answer
-  bool peer_gone_ = false;  // stream mode: the client closed its side
-  bool secured_ = false;    // TLS: the handshake finished
+  bool reading_ = false;               // waiting for a request: shutdown() closes at once
+  bool closing_ = false;               // close after the current answer
+  bool peer_gone_ = false;             // stream mode: the client closed its side
+  bool secured_ = false;               // TLS: the handshake finished
   std::optional<std::uint32_t> home_;  // the shard of this loop
   bool adopted_ = false;               // moved here from another loop
   std::uint32_t foreign_ = 0;          // the other shard of the last answers
@@ -380,8 +382,7 @@ bool basic_session<Stream>::migrate(std::uint32_t target) {
         ::close(fd);
         return;
       }
-      start_session(std::move(adopted), rt, std::move(registry), target, std::move(pending),
-                    true);
+      start_session(std::move(adopted), rt, std::move(registry), target, std::move(pending), true);
     });
     return true;
   }
@@ -390,8 +391,20 @@ bool basic_session<Stream>::migrate(std::uint32_t target) {
 template <class Stream>
 asio::awaitable<bool> basic_session<Stream>::write(response& res) {
   tcp().expires_after(ms(opts_.write_timeout_ms));
-  auto [ec, n] = co_await bhttp::async_write(stream_, res, k_tuple);
-  co_return !ec;
+  if constexpr (k_tls) {
+    // Beast's serializer: its ssl_stream (a flat_stream) stalled on a
+    // gathered write whose second buffer is large (a 27 KB /metrics body
+    // never left), and TLS's own cost dwarfs the serializer's.
+    auto [ec, n] = co_await bhttp::async_write(stream_, res, k_tuple);
+    co_return !ec;
+  } else {
+    // One gathered write (writev) of the head, rendered into head_
+    // (reused), and the body: http/wire.hpp.
+    render_head(res, head_);
+    const std::array<asio::const_buffer, 2> bytes{asio::buffer(head_), asio::buffer(res.body())};
+    auto [ec, n] = co_await asio::async_write(stream_, bytes, k_tuple);
+    co_return !ec;
+  }
 }
 
 template <class Stream>
@@ -517,14 +530,12 @@ void start_session(asio::ip::tcp::socket socket, router& r,
                    std::shared_ptr<session_registry> registry, std::optional<std::uint32_t> home,
                    std::string pending, bool adopted) {
   if (asio::ssl::context* tls = registry->tls()) {
-    auto s = std::make_shared<basic_session<tls_stream>>(r, std::move(registry), home,
-                                                         std::move(pending), adopted,
-                                                         std::move(socket), *tls);
+    auto s = std::make_shared<basic_session<tls_stream>>(
+        r, std::move(registry), home, std::move(pending), adopted, std::move(socket), *tls);
     s->start();
   } else {
-    auto s = std::make_shared<basic_session<plain_stream>>(r, std::move(registry), home,
-                                                           std::move(pending), adopted,
-                                                           std::move(socket));
+    auto s = std::make_shared<basic_session<plain_stream>>(
+        r, std::move(registry), home, std::move(pending), adopted, std::move(socket));
     s->start();
   }
 }

@@ -13,6 +13,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -39,7 +40,6 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr std::string_view k_topic = "crash";
 constexpr std::string_view k_group = "g";
 constexpr auto k_client_timeout = 3s;
 
@@ -60,7 +60,23 @@ struct config {
   // copy back, as a storage that silently lost its recent writes would.
   // 0 = off.
   int rollback_at_kill = 0;
+  // onceqd's --shards (0 = its default), and how many topics the workload
+  // spreads over (producer i and consumer j work on topics i and j modulo
+  // topics). With 2 shards and 2 topics, placement puts one topic on each
+  // shard, so the kills hit two loops and two RocksDB instances at once.
+  int shards = 0;
+  int topics = 1;
 };
+
+// Topic t of the workload: "crash", "crash-1", "crash-2", ...
+std::string topic_name(int t) {
+  return t == 0 ? std::string("crash") : "crash-" + std::to_string(t);
+}
+
+// A position names one message across topics: the history keys on
+// (partition, offset), so topic t's partitions are numbered from
+// t * k_partition_stride in it.
+constexpr std::uint32_t k_partition_stride = 1000;
 
 millis now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -130,7 +146,12 @@ bool retryable(unsigned status) {
 class producer {
  public:
   producer(int index, const config& cfg, shared_state& s)
-      : index_(index), cfg_(cfg), s_(s), rng_(cfg.seed * 7919 + 100 + index), conn_(s) {}
+      : index_(index),
+        topic_(index % cfg.topics),
+        cfg_(cfg),
+        s_(s),
+        rng_(cfg.seed * 7919 + 100 + index),
+        conn_(s) {}
 
   void run() {
     // Each key gets two messages; the second is sometimes sent right away,
@@ -169,32 +190,32 @@ class producer {
 
   void produce_one(const std::string& key, const std::string& id) {
     json body = message(key, id);
-    body["topic"] = k_topic;
+    body["topic"] = topic_name(topic_);
     auto res = send_with_retries(body, id);
     if (!res) return;
-    h_.produces.push_back(
-        {id,
-         key,
-         {res->at("partition").get<std::uint32_t>(), res->at("offset").get<std::uint64_t>()},
-         res->at("duplicate").get<bool>(),
-         now_ms()});
+    h_.produces.push_back({id,
+                           key,
+                           {position_partition(res->at("partition").get<std::uint32_t>()),
+                            res->at("offset").get<std::uint64_t>()},
+                           res->at("duplicate").get<bool>(),
+                           now_ms()});
   }
 
   void produce_batch(const std::string& key) {
     const std::string header = key + ".batch";
-    json body = {{"topic", k_topic},
+    json body = {{"topic", topic_name(topic_)},
                  {"messages", {message(key, header + "#0"), message(key, header + "#1")}}};
     auto res = send_with_retries(body, header);
     if (!res) return;
     const auto& results = res->at("results");
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results.at(i);
-      h_.produces.push_back(
-          {numbered(header + "#", static_cast<long long>(i)),
-           key,
-           {r.at("partition").get<std::uint32_t>(), r.at("offset").get<std::uint64_t>()},
-           r.at("duplicate").get<bool>(),
-           now_ms()});
+      h_.produces.push_back({numbered(header + "#", static_cast<long long>(i)),
+                             key,
+                             {position_partition(r.at("partition").get<std::uint32_t>()),
+                              r.at("offset").get<std::uint64_t>()},
+                             r.at("duplicate").get<bool>(),
+                             now_ms()});
     }
   }
 
@@ -215,7 +236,12 @@ class producer {
     }
   }
 
+  std::uint32_t position_partition(std::uint32_t p) const {
+    return static_cast<std::uint32_t>(topic_) * k_partition_stride + p;
+  }
+
   int index_;
+  int topic_;
   const config& cfg_;
   shared_state& s_;
   std::mt19937_64 rng_;
@@ -229,15 +255,18 @@ class producer {
 class consumer {
  public:
   consumer(int index, const config& cfg, shared_state& s)
-      : index_(index), rng_(cfg.seed * 7919 + 200 + index), s_(s), conn_(s) {}
+      : index_(index),
+        topic_(index % cfg.topics),
+        rng_(cfg.seed * 7919 + 200 + index),
+        s_(s),
+        conn_(s) {}
 
   void run() {
     while (!s_.stop_consuming.load()) {
       const bool final_phase = s_.final_phase.load();
       const std::int64_t lease_ms = final_phase ? 5000 : 200 + pick(301);
-      json body = {{"topic", k_topic}, {"group", k_group},
-                   {"owner", owner()}, {"max_messages", 1 + pick(4)},
-                   {"wait_ms", 100},   {"lease_ms", lease_ms}};
+      json body = {{"topic", topic_name(topic_)}, {"group", k_group}, {"owner", owner()},
+                   {"max_messages", 1 + pick(4)}, {"wait_ms", 100},   {"lease_ms", lease_ms}};
       const millis sent = now_ms();
       auto r = conn_.send("POST", "/v1/consume", body);
       if (!r) {  // deliveries lost with the answer: like a consumer crash
@@ -252,15 +281,16 @@ class consumer {
       const millis answered = now_ms();
       std::vector<delivery_record> got;
       for (const auto& m : r->ndjson()) {
-        got.push_back(
-            {owner(),
-             m.at("envelope").at("idempotency_key").get<std::string>(),
-             m.at("value").get<std::string>(),
-             {m.at("partition").get<std::uint32_t>(), m.at("offset").get<std::uint64_t>()},
-             m.at("attempts").get<std::int64_t>(),
-             m.at("lease_expires_at_ms").get<millis>(),
-             sent,
-             answered});
+        got.push_back({owner(),
+                       m.at("envelope").at("idempotency_key").get<std::string>(),
+                       m.at("value").get<std::string>(),
+                       {static_cast<std::uint32_t>(topic_) * k_partition_stride +
+                            m.at("partition").get<std::uint32_t>(),
+                        m.at("offset").get<std::uint64_t>()},
+                       m.at("attempts").get<std::int64_t>(),
+                       m.at("lease_expires_at_ms").get<millis>(),
+                       sent,
+                       answered});
       }
       h_.deliveries.insert(h_.deliveries.end(), got.begin(), got.end());
       settle_all(got, final_phase, lease_ms);
@@ -310,11 +340,13 @@ class consumer {
   void settle(settle_record::kind what, const std::vector<delivery_record>& ds, json extra) {
     const bool batch = ds.size() > 1;
     json body = std::move(extra);
-    body["topic"] = k_topic;
+    body["topic"] = topic_name(topic_);
     body["group"] = k_group;
     body["owner"] = ds.front().owner;
     auto item = [](const delivery_record& d) {
-      return json{{"partition", d.pos.first}, {"offset", d.pos.second}, {"attempts", d.attempts}};
+      return json{{"partition", d.pos.first % k_partition_stride},
+                  {"offset", d.pos.second},
+                  {"attempts", d.attempts}};
     };
     if (batch) {
       body["acks"] = json::array();
@@ -379,6 +411,7 @@ class consumer {
   }
 
   int index_;
+  int topic_;
   std::mt19937_64 rng_;
   shared_state& s_;
   connection conn_;
@@ -425,30 +458,46 @@ std::optional<config> parse_args(int argc, char** argv) {
       c.drain_limit_s = std::stoi(value());
     } else if (a == "--rollback-at-kill") {
       c.rollback_at_kill = std::stoi(value());
+    } else if (a == "--shards") {
+      c.shards = std::stoi(value());
+    } else if (a == "--topics") {
+      c.topics = std::stoi(value());
     } else {
       std::cerr << "crash_loop: unknown flag " << a
                 << "\nflags: --kills N --seed S --data-dir DIR --onceqd PATH --duration-limit SEC"
                    " --producers N --consumers N --kill-min-ms MS --kill-max-ms MS"
-                   " --produce-pause-ms MS --drain-limit SEC --rollback-at-kill K\n";
+                   " --produce-pause-ms MS --drain-limit SEC --rollback-at-kill K"
+                   " --shards N --topics N\n";
       return std::nullopt;
     }
   }
   if (c.kills < 0 || c.producers < 1 || c.consumers < 1 || c.kill_min_ms < 0 ||
-      c.kill_max_ms < c.kill_min_ms) {
+      c.kill_max_ms < c.kill_min_ms || c.shards < 0 || c.topics < 1) {
     std::cerr << "crash_loop: bad flag values\n";
     return std::nullopt;
   }
   return c;
 }
 
-// Group g's backlog and inflight are both 0.
-bool drained(http_client& c) {
-  auto r = c.get(std::string("/v1/topics/") + std::string(k_topic));
-  if (r.status != 200) return false;
-  auto j = r.json();
-  if (!j.at("groups").contains(k_group)) return false;
-  const auto& g = j.at("groups").at(k_group);
-  return g.at("backlog").get<std::uint64_t>() == 0 && g.at("inflight").get<std::uint64_t>() == 0;
+// Group g's backlog and inflight are both 0 on every topic.
+bool drained(http_client& c, int topics) {
+  for (int t = 0; t < topics; ++t) {
+    auto r = c.get("/v1/topics/" + topic_name(t));
+    if (r.status != 200) return false;
+    auto j = r.json();
+    if (!j.at("groups").contains(k_group)) return false;
+    const auto& g = j.at("groups").at(k_group);
+    if (g.at("backlog").get<std::uint64_t>() != 0 || g.at("inflight").get<std::uint64_t>() != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The topic of a key "p<producer>-<n>".
+std::string topic_of_key(const std::string& key, int topics) {
+  const int producer = std::stoi(key.substr(1, key.find('-') - 1));
+  return topic_name(producer % topics);
 }
 
 int run(const config& cfg) {
@@ -459,6 +508,7 @@ int run(const config& cfg) {
   server_process::options opts;
   opts.onceqd_path = cfg.onceqd;
   opts.data_dir = cfg.data_dir;
+  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
   std::unique_ptr<server_process> server;
   try {
     server = std::make_unique<server_process>(opts);
@@ -468,13 +518,26 @@ int run(const config& cfg) {
   }
   shared_state s;
   s.port = server->port();
-  {
+  for (int t = 0; t < cfg.topics; ++t) {
     http_client c(server->port(), k_client_timeout);
-    auto r = c.post(
-        "/v1/topics",
-        {{"name", k_topic}, {"partitions", 4}, {"lease_ms", 300}, {"dedup_window_ms", 3'600'000}});
+    auto r = c.post("/v1/topics", {{"name", topic_name(t)},
+                                   {"partitions", 4},
+                                   {"lease_ms", 300},
+                                   {"dedup_window_ms", 3'600'000}});
     if (r.status != 201) {
       std::cerr << "crash_loop: create topic: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+
+  // Each topic on its own shard while there are shards enough: the run
+  // means to kill two loops at once.
+  for (int sh = 0; sh < std::min(cfg.shards, cfg.topics); ++sh) {
+    http_client c(server->port(), k_client_timeout);
+    const std::string want = "onceq_shard_topics{shard=\"" + std::to_string(sh) + "\"} 0\n";
+    auto r = c.get("/metrics");
+    if (r.status != 200 || r.body.find(want) != std::string::npos) {
+      std::cerr << "crash_loop: shard " << sh << " got no topic: " << r.status << "\n";
       return 3;
     }
   }
@@ -548,7 +611,7 @@ int run(const config& cfg) {
     int quiet = 0;
     while (std::chrono::steady_clock::now() < drain_end && quiet < 3) {
       std::this_thread::sleep_for(300ms);
-      quiet = drained(c) ? quiet + 1 : 0;
+      quiet = drained(c, cfg.topics) ? quiet + 1 : 0;
     }
     drain_ok = quiet >= 3;
   }
@@ -579,7 +642,7 @@ int run(const config& cfg) {
       for (const auto& p : h.produces) wanted.insert(p.key);
       http_client c(server->port(), k_client_timeout);
       for (const auto& k : wanted) {
-        auto r = c.get(std::string("/v1/keys?topic=") + std::string(k_topic) +
+        auto r = c.get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) +
                        "&group=" + std::string(k_group) + "&key=" + k);
         if (r.status != 200) {
           unexpected.push_back("GET /v1/keys " + k + ": " + std::to_string(r.status) + " " +
@@ -607,7 +670,8 @@ int run(const config& cfg) {
   std::map<std::string, std::size_t> by_rule;
   for (const auto& v : violations) ++by_rule[v.rule];
 
-  std::cout << "crash_loop: seed " << cfg.seed << "\n"
+  std::cout << "crash_loop: seed " << cfg.seed << ", " << cfg.topics << " topic(s)"
+            << (cfg.shards > 0 ? ", --shards " + std::to_string(cfg.shards) : std::string()) << "\n"
             << "  kills                       " << kills << " (" << cfg.kills
             << " asked + 1 before the final key check)\n"
             << "  kill phase                  " << static_cast<int>(kill_phase_s) << " s\n"

@@ -77,6 +77,10 @@ for i in "${!argv[@]}"; do
   esac
 done
 "$root/usr/bin/onceqd" --version
+# Created first: the background job opens them itself, maybe after the
+# first sed below has looked.
+: >"$tmp/stdout"
+: >"$tmp/stderr"
 "${argv[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
 pid=$!
 port=""

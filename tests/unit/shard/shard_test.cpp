@@ -10,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "storage/memory_store.hpp"
@@ -409,8 +410,13 @@ TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
     return 0;
   });
   // The answers are released at the end of that iteration, by one sync.
+  // (Wait for them first: a job posted now could still run in that same
+  // iteration, before its end.)
+  for (int i = 0; i < 5000 && answered.load() < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(answered.load(), 10);
   const int after = on_loop([&] { return store_.calls(); });
-  EXPECT_EQ(answered.load(), 10);
   EXPECT_EQ(after - before, 1);
 }
 
