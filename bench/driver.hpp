@@ -31,6 +31,7 @@ struct run_setup {
   std::string group = "g";      // consumer group / durable consumer
   int lease_ms = 30000;         // lease / AckWait / claim idle time
   int partitions = 1;
+  int topics = 1;  // onceq, produce only: producer i writes topic_of(i)
   int consumers = 1;
   std::size_t batch = 100;
   int wait_ms = 100;

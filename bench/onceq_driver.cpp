@@ -137,9 +137,15 @@ http_response& post_with_backpressure(http_client& c, std::string_view target,
   }
 }
 
+// Topic t of a run: the run's topic, then "<topic>-1", "<topic>-2", ...
+std::string topic_name(const run_setup& s, int t) {
+  return t == 0 ? s.topic : fmt::format("{}-{}", s.topic, t);
+}
+
 class onceq_producer final : public producer {
  public:
-  onceq_producer(int port, const run_setup& s) : client_("127.0.0.1", port), topic_(s.topic) {}
+  onceq_producer(int port, const run_setup& s, int index)
+      : client_("127.0.0.1", port), topic_(topic_name(s, index % s.topics)) {}
 
   std::size_t produce(std::span<const bench_message> batch) override {
     body_.clear();
@@ -413,8 +419,9 @@ class onceq_driver final : public system_driver {
 
   void start(durability d, const std::filesystem::path& dir) override {
     std::filesystem::create_directories(dir / "data");
-    std::vector<std::string> argv{o_.onceqd,  "--listen", "127.0.0.1:0", "--data-dir",
-                                  (dir / "data").string(), "--fsync", policy(d)};
+    std::vector<std::string> argv{
+        o_.onceqd, "--listen", "127.0.0.1:0", "--data-dir", (dir / "data").string(),
+        "--fsync", policy(d)};
     argv.insert(argv.end(), o_.onceqd_args.begin(), o_.onceqd_args.end());
     proc_.start(argv, dir / "onceqd.log");
     const auto line = proc_.wait_for_log("onceqd listening on", 60s);
@@ -443,14 +450,16 @@ class onceq_driver final : public system_driver {
 
   void prepare(const run_setup& s) override {
     http_client c("127.0.0.1", port_);
-    const std::string body = fmt::format(R"({{"name":"{}","partitions":{},"lease_ms":{}}})",
-                                         s.topic, s.partitions, s.lease_ms);
-    auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
-    if (r.status != 201 && r.status != 200) fail("create topic", r);
+    for (int t = 0; t < s.topics; ++t) {
+      const std::string body = fmt::format(R"({{"name":"{}","partitions":{},"lease_ms":{}}})",
+                                           topic_name(s, t), s.partitions, s.lease_ms);
+      auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
+      if (r.status != 201 && r.status != 200) fail("create topic", r);
+    }
   }
 
-  std::unique_ptr<producer> make_producer(const run_setup& s, int) override {
-    return std::make_unique<onceq_producer>(port_, s);
+  std::unique_ptr<producer> make_producer(const run_setup& s, int index) override {
+    return std::make_unique<onceq_producer>(port_, s, index);
   }
   std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) override {
     return std::make_unique<onceq_consumer>(port_, s, index);

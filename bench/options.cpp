@@ -33,6 +33,8 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
                                  0 skips that row)
   --payload BYTES                payload size (256, min 32)
   --partitions N                 onceq topic partitions (4)
+  --topics N                     onceq only, w1 only: producer i writes topic
+                                 i mod N (1), so that --shards spreads the load
   --duplicates R --no-ack R      W4 ratios (0.1, 0.1)
   --lease-ms MS                  W4 lease / AckWait / claim idle (1000)
   --wait-ms MS                   long-poll wait per fetch (100)
@@ -155,6 +157,8 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.payload) && o.payload >= 32 && o.payload <= 1 << 20;
     } else if (flag == "--partitions") {
       ok = parse_number(value, o.partitions) && o.partitions > 0;
+    } else if (flag == "--topics") {
+      ok = parse_number(value, o.topics) && o.topics > 0 && o.topics <= 256;
     } else if (flag == "--duplicates") {
       ok =
           parse_number(value, o.duplicate_ratio) && o.duplicate_ratio >= 0 && o.duplicate_ratio < 1;
@@ -198,6 +202,10 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
     }
   }
   if (o.single_messages == 0) o.single_messages = std::max<std::size_t>(1, o.messages / 4);
+  if (o.topics > 1 && (o.workloads.size() != 1 || o.workloads.front() != "w1")) {
+    error = "--topics above 1 needs --workloads w1 (its consumers read one topic)";
+    return std::nullopt;
+  }
   return o;
 }
 

@@ -37,6 +37,7 @@ struct bench_options {
   std::size_t history = 1'000'000;  // Default: messages through the server before w3-rate-aged
   std::size_t payload = 256;        // Default: 256 bytes
   int partitions = 4;               // Default: 4 (onceq topic partitions)
+  int topics = 1;                   // Default: 1 (onceq, w1: producers spread over topics)
   double duplicate_ratio = 0.10;    // Default: 10% duplicate produces in W4
   double no_ack_ratio = 0.10;       // Default: 10% of deliveries not acked in W4
   int lease_ms = 1000;              // Default: 1000 ms lease / AckWait / claim idle in W4

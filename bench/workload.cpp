@@ -422,6 +422,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   run_setup s;
   s.lease_ms = kind == workload_kind::w4_faults ? o.lease_ms : 30000;
   s.partitions = o.partitions;
+  s.topics = o.topics;
   s.consumers = o.consumers;
   s.batch = o.batch;
   s.wait_ms = o.wait_ms;

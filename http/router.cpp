@@ -340,7 +340,7 @@ asio::awaitable<reply> router::healthz(call&) {
   // health never touches the disk. A fault names its shard: that shard's
   // topics answer 503, the others go on.
   std::string reason;
-  json faulty = json::array();
+  json faulty = nullptr;  // built only for a fault: the healthy answer is a constant
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const storage::store_health h = shards_.at(i).storage_health();
     if (h.writable) continue;
@@ -350,7 +350,7 @@ asio::awaitable<reply> router::healthz(call&) {
                   : fmt::format("shard {}: storage is not writable: {}", i, h.reason);
     faulty.push_back({{"shard", i}, {"reason", h.reason}});
   }
-  if (reason.empty()) co_return json_reply(status::ok, {{"status", "ok"}});
+  if (reason.empty()) co_return json_text_reply(status::ok, R"({"status":"ok"})");
   reply r = json_reply(status::service_unavailable,
                        {{"status", "unavailable"}, {"reason", reason}, {"shards", faulty}});
   r.res.set(bhttp::field::retry_after, "1");

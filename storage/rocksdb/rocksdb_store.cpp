@@ -370,6 +370,8 @@ struct rocksdb_store::impl {
   }
 
   store_health health() const {
+    // Healthy: no lock (GET /v1/healthz asks every shard's store).
+    if (writable_.load(std::memory_order_acquire)) return {true, {}};
     std::lock_guard lk(fault_mu_);
     return {writable_.load(std::memory_order_relaxed), fault_reason_};
   }
