@@ -74,8 +74,9 @@ result<topic*> topic_of_key_query(core& c, const key_query& q) {
 
 }  // namespace
 
-broker::broker(st::store& store, const clock& time, broker_options opts)
-    : c_(std::make_unique<core>(store, time, opts)) {}
+broker::broker(st::store& store, const clock& time, const message_inspector* inspector,
+               broker_options opts)
+    : c_(std::make_unique<core>(store, time, inspector, opts)) {}
 
 broker::~broker() = default;
 

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "http/codec/detail.hpp"
-#include "http/codec/inspector.hpp"
 #include "http/json_write.hpp"
 #include "http/rfc3339.hpp"
 
@@ -158,7 +157,6 @@ result<produce_request> parse_produce(const params& p, std::string_view idempote
       if (single.value.empty()) required(r, "value");
       out.cmd.messages.push_back(std::move(single));
     }
-    out.cmd.inspector = &json_inspector();
     if (idempotency_header.size() > k_max_idempotency_header) {
       fail(fmt::format("the Idempotency-Key header must be at most {} bytes",
                        k_max_idempotency_header));

@@ -25,7 +25,7 @@ struct world {
   world() {
     broker_options opts;
     opts.message_cache_bytes = 0;
-    b = std::make_unique<broker>(store, clock, opts);
+    b = std::make_unique<broker>(store, clock, nullptr, opts);
     EXPECT_TRUE(b->recover().ok());
   }
   void create(const std::string& name, topic_settings s = {}, std::int64_t partitions = 1) {
@@ -37,7 +37,7 @@ struct world {
     m.value = value;
     m.idempotency_key = idem;
     m.msg_id = msg_id;
-    auto r = b->produce(produce_cmd{topic, {m}, {}, {}, nullptr});
+    auto r = b->produce(produce_cmd{topic, {m}, {}, {}});
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
   std::vector<delivery> consume(const std::string& topic, const std::string& group,
@@ -152,7 +152,7 @@ errc do_produce(world& w) {
   m.value = "y";
   m.msg_id = "m2";
   m.idempotency_key = "k2";
-  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}, {}, nullptr}));
+  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}, {}}));
 }
 errc do_consume(world& w) {
   return code_of(w.b->consume(consume_cmd{"t", "g", "a", std::nullopt, 10, {}}));
@@ -273,7 +273,7 @@ errc do_produce_skip_committed(world& w) {
   message_in m;
   m.value = "again";
   m.idempotency_key = "k1";
-  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {"g"}, nullptr});
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {"g"}});
   if (r.ok() && r->already_committed.empty()) return errc::internal;
   return code_of(r);
 }
@@ -282,7 +282,7 @@ errc do_produce_duplicate(world& w) {
   m.value = "x";
   m.idempotency_key = "k1";
   m.msg_id = "m1";
-  return code_of(w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr}));
+  return code_of(w.b->produce(produce_cmd{"t", {m}, {}, {}}));
 }
 errc do_ack_fenced(world& w) {
   auto ref = k_ref;
@@ -342,7 +342,7 @@ TEST(BrokerFaults, RefusedWritesAnswerWithARetryHint) {
   w.store.fail_writes(true);
   message_in m;
   m.value = "x";
-  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {}});
   ASSERT_EQ(r.code(), errc::unavailable);
   EXPECT_GT(r.err().retry_after_ms, 0);
 }
@@ -364,7 +364,7 @@ TEST(BrokerFaults, RecoverAfterAReopenRebuildsFromTheStore) {
   leased_one(w);
   w.produce("t", "y", "k2");
   // What a restart would see.
-  broker fresh(w.store, w.clock, {});
+  broker fresh(w.store, w.clock, nullptr);
   ASSERT_TRUE(fresh.recover().ok());
   ASSERT_TRUE(w.b->recover().ok());
   // Counters are since start and not rebuilt; everything else matches.

@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 
 class ShardTest : public ::testing::Test {
  protected:
-  ShardTest() : broker_(store_, clock_), runner_(0, broker_, store_, clock_) {
+  ShardTest() : broker_(store_, clock_, nullptr), runner_(0, broker_, store_, clock_) {
     EXPECT_TRUE(broker_.recover().ok());
     runner_.start();
     auto created = call<topic_created>([](broker& b) { return b.create_topic({"t", 1, {}}); });
@@ -41,7 +41,7 @@ class ShardTest : public ::testing::Test {
       message_in m;
       m.value = value;
       m.idempotency_key = idem;
-      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+      return b.produce(produce_cmd{"t", {m}, {}, {}});
     });
   }
 
@@ -242,7 +242,7 @@ class gated_store final : public storage::memory_store {
 TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
   system_clock clock;
   gated_store store;
-  broker b(store, clock);
+  broker b(store, clock, nullptr);
   ASSERT_TRUE(b.recover().ok());
   shard r(0, b, store, clock);
   r.start();
@@ -267,7 +267,7 @@ TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
       [](broker& br) {
         message_in m;
         m.value = "v";
-        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+        return br.produce(produce_cmd{"t", {m}, {}, {}});
       },
       [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
   EXPECT_EQ(pf.wait_for(200ms), std::future_status::timeout) << "answered before durable";
@@ -289,7 +289,7 @@ TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
 TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
   system_clock clock;
   gated_store store;
-  broker b(store, clock);
+  broker b(store, clock, nullptr);
   ASSERT_TRUE(b.recover().ok());
   shard r(0, b, store, clock);
   r.start();
@@ -299,7 +299,7 @@ TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
         ONCEQ_TRY(br.create_topic({"t", 1, {}}));
         message_in m;
         m.value = "v";
-        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+        return br.produce(produce_cmd{"t", {m}, {}, {}});
       },
       [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
   ASSERT_TRUE(pp.get_future().get().ok());
@@ -349,7 +349,7 @@ class counting_store final : public storage::memory_store {
 
 class ShardLoopTest : public ::testing::Test {
  protected:
-  ShardLoopTest() : broker_(store_, clock_), shard_(0, broker_, store_, clock_) {
+  ShardLoopTest() : broker_(store_, clock_, nullptr), shard_(0, broker_, store_, clock_) {
     EXPECT_TRUE(broker_.recover().ok());
     shard_.start();
     EXPECT_TRUE(on_loop([this] { return broker_.create_topic({"t", 1, {}}).ok(); }));
@@ -368,7 +368,7 @@ class ShardLoopTest : public ::testing::Test {
     return [value](broker& b) {
       message_in m;
       m.value = value;
-      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+      return b.produce(produce_cmd{"t", {m}, {}, {}});
     };
   }
 
@@ -421,7 +421,7 @@ TEST_F(ShardLoopTest, AParkedKeyWaiterGetsTheFailedSyncNotCommitted) {
     message_in m;
     m.value = "v";
     m.idempotency_key = "k1";
-    return broker_.produce(produce_cmd{"t", {m}, {}, {}, nullptr}).ok();
+    return broker_.produce(produce_cmd{"t", {m}, {}, {}}).ok();
   });
   ASSERT_TRUE(produced);
   auto got = on_loop([this] { return broker_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}); });
