@@ -418,7 +418,7 @@ void drop_open(core& c, topic& t, group_state& g, position pos, millis now) {
 }
 
 result<topic*> ensure_dlq_topic(core& c, const topic& t) {
-  std::string name = std::string(k_dlq_prefix) + t.rec.name;
+  std::string name = dlq_topic_of(t.rec.name);
   if (auto* d = c.topics.find(name)) return d;
   st::topic_record rec;
   rec.id = c.topics.next_id();

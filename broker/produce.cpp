@@ -238,7 +238,7 @@ result<std::int64_t> broker::redrive(const redrive_cmd& cmd) {
   if (tp == nullptr) return topic_not_found(cmd.topic);
   auto& t = *tp;
   ONCEQ_TRY(writable());
-  auto* dlq = c.topics.find(std::string(k_dlq_prefix) + cmd.topic);
+  auto* dlq = c.topics.find(dlq_topic_of(cmd.topic));
   if (dlq == nullptr) return std::int64_t{0};
   const auto now = c.time.now_ms();
   txn tx;

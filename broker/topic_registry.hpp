@@ -14,8 +14,6 @@
 
 namespace onceq {
 
-inline constexpr std::string_view k_dlq_prefix = "dlq.";
-
 // A topic: its stored record (name, id, settings), its partitions and its
 // consumer groups.
 struct topic {

@@ -19,9 +19,6 @@ using onceq::k_max_batch;
 using onceq::k_max_wait_ms;
 inline constexpr std::size_t k_max_label_bytes = k_max_name_bytes;  // topic, group, owner
 
-// Topic names: [A-Za-z0-9._-]{1,200}.
-bool valid_topic_name(std::string_view name) noexcept;
-
 // Serializes compactly; invalid UTF-8 is replaced, never thrown.
 std::string dump(const nlohmann::json& j);
 
