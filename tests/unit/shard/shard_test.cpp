@@ -398,17 +398,21 @@ TEST_F(ShardLoopTest, ACommandOnItsOwnLoopRunsAtOnce) {
 TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
   const int before = store_.calls();
   std::atomic<int> answered{0};
+  std::promise<void> all;
   on_loop([&] {
     for (int i = 0; i < 10; ++i) {
       shard_.execute<produce_reply>(produce_fn("m" + std::to_string(i)),
-                                    [&answered](result<produce_reply> r) {
+                                    [&answered, &all](result<produce_reply> r) {
                                       EXPECT_TRUE(r.ok());
-                                      answered.fetch_add(1);
+                                      if (answered.fetch_add(1) == 9) all.set_value();
                                     });
     }
     return 0;
   });
   // The answers are released at the end of that iteration, by one sync.
+  // (Waited for: a job posted from here may still run in that iteration,
+  // which drains everything ready before it ends.)
+  ASSERT_EQ(all.get_future().wait_for(5s), std::future_status::ready);
   const int after = on_loop([&] { return store_.calls(); });
   EXPECT_EQ(answered.load(), 10);
   EXPECT_EQ(after - before, 1);
