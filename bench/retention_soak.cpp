@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   auto opened = onceq::storage::rocksdb_store::open(so);
   if (!opened.ok()) fail("open", opened.err());
   auto& store = **opened;
-  onceq::broker b(store, clock);
+  onceq::broker b(store, clock, nullptr);
   if (auto r = b.recover(); !r.ok()) fail("recover", r.err());
 
   onceq::topic_settings s;

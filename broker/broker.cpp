@@ -74,8 +74,9 @@ result<topic*> topic_of_key_query(core& c, const key_query& q) {
 
 }  // namespace
 
-broker::broker(st::store& store, const clock& time, broker_options opts)
-    : c_(std::make_unique<core>(store, time, opts)) {}
+broker::broker(st::store& store, const clock& time, const message_inspector* inspector,
+               broker_options opts)
+    : c_(std::make_unique<core>(store, time, inspector, opts)) {}
 
 broker::~broker() = default;
 
@@ -112,15 +113,12 @@ result<topic_created> broker::create_topic(const create_topic_cmd& cmd) {
   }
   ONCEQ_TRY(writable());
   st::topic_record rec;
-  rec.id = c.topics.next_id();
   rec.name = cmd.name;
   rec.partitions = static_cast<std::uint32_t>(cmd.partitions);
   rec.settings = to_record(cmd.settings);
   rec.created_at_ms = c.time.now_ms();
   txn tx;
-  tx.batch().put(column::meta, st::keys::topic(rec.name), st::encode(rec));
-  tx.batch().put(column::meta, st::keys::next_topic_id(), st::encode_u64(rec.id + 1));
-  tx.then([&c, rec = std::move(rec)]() mutable { c.topics.add(std::move(rec)); });
+  c.topics.create(std::move(rec), tx);
   ONCEQ_TRY(tx.commit(c.store));
   return topic_created{cmd.name, static_cast<std::uint32_t>(cmd.partitions), true};
 }

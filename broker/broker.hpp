@@ -40,7 +40,12 @@ struct core;
 // refuses writes or a read fails.
 class broker {
  public:
-  broker(storage::store& store, const clock& time, broker_options opts = {});
+  // inspector reads derived keys and content hashes of produced messages:
+  // needed only by topics with idempotency_key_fields or dedup_by_content
+  // (a produce to one answers errc::internal without it). Not owned: it
+  // must outlive the broker; may be null.
+  broker(storage::store& store, const clock& time, const message_inspector* inspector,
+         broker_options opts = {});
   ~broker();
   broker(const broker&) = delete;
   broker& operator=(const broker&) = delete;

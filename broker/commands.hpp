@@ -51,9 +51,10 @@ struct topic_settings {
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
-// What the broker needs from a message's JSON and from SHA-256, injected by
-// the caller (http/ implements it with its JSON parser and OpenSSL) so that
-// the core includes neither. Pure functions: the same input gives the same
+// What the broker needs from a message's JSON and from SHA-256, given to
+// the broker's constructor (http/ implements it with its JSON parser and
+// OpenSSL) so that the core includes neither, and a command stays plain
+// data. Pure functions: the same input gives the same
 // output on every replica.
 class message_inspector {
  public:
@@ -123,9 +124,6 @@ struct produce_cmd {
   // Groups in which a message's key must be committed for the message to be
   // answered already_committed instead of stored. Empty: always store.
   std::vector<std::string> skip_if_committed;
-  // Reads derived keys and content hashes; needed only by topics with
-  // idempotency_key_fields or dedup_by_content. Not owned.
-  const message_inspector* inspector = nullptr;
 };
 
 // A key's commit in one group, as an already_committed produce reports it.

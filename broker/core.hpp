@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "broker/commands.hpp"
 #include "broker/options.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/timers.hpp"
@@ -18,9 +19,10 @@
 namespace onceq {
 
 struct core {
-  core(storage::store& s, const clock& c, broker_options o)
+  core(storage::store& s, const clock& c, const message_inspector* i, broker_options o)
       : store(s),
         time(c),
+        inspector(i),
         opts(o),
         cache(o.message_cache_bytes, [this](storage::topic_id t, std::uint32_t p) {
           auto* tp = topics.find(t);
@@ -29,6 +31,7 @@ struct core {
 
   storage::store& store;
   const clock& time;
+  const message_inspector* inspector;  // may be null (broker's constructor)
   broker_options opts;
   topic_registry topics;
   message_cache cache;

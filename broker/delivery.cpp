@@ -289,9 +289,7 @@ result<void> dead_letter(core& c, topic& t, group_state& g, position pos, open_d
   auto m = t.parts[pos.partition].read(c.store, pos.offset);
   if (!m.ok() && m.code() != errc::not_found) return std::move(m).err();
   if (m.ok()) {  // not_found: retention deleted it, nothing to copy
-    auto dlq = ensure_dlq_topic(c, t);
-    if (!dlq.ok()) return std::move(dlq).err();
-    auto* dt = *dlq;
+    auto* dt = &ensure_dlq_topic(c, t, tx);
     st::message_record copy = std::move(*m);
     copy.dlq = st::dlq_origin{t.rec.name, pos.partition, pos.offset, d.attempts, d.last_error, now};
     copy.deliver_at_ms = 0;
@@ -417,11 +415,10 @@ void drop_open(core& c, topic& t, group_state& g, position pos, millis now) {
   if (g.release_key(t.rec.id, scope, pos, now, c.timers)) c.ready_topics.insert(t.rec.name);
 }
 
-result<topic*> ensure_dlq_topic(core& c, const topic& t) {
-  std::string name = std::string(k_dlq_prefix) + t.rec.name;
-  if (auto* d = c.topics.find(name)) return d;
+topic& ensure_dlq_topic(core& c, const topic& t, txn& tx) {
+  std::string name = dlq_topic_of(t.rec.name);
+  if (auto* d = c.topics.find(name, tx)) return *d;
   st::topic_record rec;
-  rec.id = c.topics.next_id();
   rec.name = name;
   rec.partitions = 1;
   rec.settings = t.rec.settings;
@@ -430,13 +427,7 @@ result<topic*> ensure_dlq_topic(core& c, const topic& t) {
   rec.settings.max_backlog_messages = 0;
   rec.settings.max_backlog_bytes = 0;
   rec.created_at_ms = c.time.now_ms();
-  txn tx;
-  tx.batch().put(column::meta, st::keys::topic(name), st::encode(rec));
-  tx.batch().put(column::meta, st::keys::next_topic_id(), st::encode_u64(rec.id + 1));
-  topic* out = nullptr;
-  tx.then([&c, &out, rec = std::move(rec)]() mutable { out = &c.topics.add(std::move(rec)); });
-  ONCEQ_TRY(tx.commit(c.store));
-  return out;
+  return c.topics.create(std::move(rec), tx);
 }
 
 void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,

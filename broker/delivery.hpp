@@ -52,8 +52,10 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
 // no longer in flight, its key free again. Memory only: call from an effect.
 void drop_open(core& c, topic& t, group_state& g, position pos, millis now);
 
-// The DLQ topic of t, created (in its own committed write) if needed.
-result<topic*> ensure_dlq_topic(core& c, const topic& t);
+// The DLQ topic of t. If it does not exist yet, it is created as part of
+// tx (topic_registry::create): it exists once tx commits, and not at all if
+// tx fails, so a failed command leaves no DLQ topic behind.
+topic& ensure_dlq_topic(core& c, const topic& t, txn& tx);
 
 void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
                   const open_delivery& d);

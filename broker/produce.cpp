@@ -121,17 +121,17 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {
     const auto where =
         cmd.messages.size() == 1 ? std::string("message") : fmt::format("messages[{}]", i);
-    auto k = message_key(t.rec, cmd.messages[i], cmd.inspector, where);
+    auto k = message_key(t.rec, cmd.messages[i], c.inspector, where);
     if (!k.ok()) return std::move(k).err();
     keys[i] = std::move(*k);
     if (!cmd.skip_if_committed.empty() && keys[i].empty() && !s.idempotency_key_optional)
       return invalid(fmt::format("{}: skip_if_committed needs an idempotency key", where));
   }
   if (s.dedup_by_content) {
-    if (cmd.inspector == nullptr)
+    if (c.inspector == nullptr)
       return make_error(errc::internal, "dedup_by_content needs a message inspector");
     content_ids.reserve(cmd.messages.size());
-    for (const auto& m : cmd.messages) content_ids.push_back(content_id(*cmd.inspector, m));
+    for (const auto& m : cmd.messages) content_ids.push_back(content_id(*c.inspector, m));
   }
   produce_dedup dedup(cmd, t.rec.id, s.dedup_window_ms, content_ids);
   dedup.load(c.store);
@@ -238,7 +238,7 @@ result<std::int64_t> broker::redrive(const redrive_cmd& cmd) {
   if (tp == nullptr) return topic_not_found(cmd.topic);
   auto& t = *tp;
   ONCEQ_TRY(writable());
-  auto* dlq = c.topics.find(std::string(k_dlq_prefix) + cmd.topic);
+  auto* dlq = c.topics.find(dlq_topic_of(cmd.topic));
   if (dlq == nullptr) return std::int64_t{0};
   const auto now = c.time.now_ms();
   txn tx;

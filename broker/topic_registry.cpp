@@ -1,6 +1,7 @@
 #include "broker/topic_registry.hpp"
 
 #include "broker/records.hpp"
+#include "broker/txn.hpp"
 
 #include <algorithm>
 
@@ -69,7 +70,14 @@ topic* topic_registry::find(storage::topic_id id) const {
   return it == by_id_.end() ? nullptr : it->second;
 }
 
-topic& topic_registry::add(storage::topic_record rec) {
+topic* topic_registry::find(std::string_view name, const txn& tx) const {
+  if (auto* t = find(name)) return t;
+  for (auto* t : tx.new_topics())
+    if (t->rec.name == name) return t;
+  return nullptr;
+}
+
+std::unique_ptr<topic> topic_registry::make(storage::topic_record rec) {
   auto t = std::make_unique<topic>();
   t->rec = std::move(rec);
   t->parts.resize(t->rec.partitions);
@@ -77,6 +85,30 @@ topic& topic_registry::add(storage::topic_record rec) {
     t->parts[p].topic = t->rec.id;
     t->parts[p].index = p;
   }
+  return t;
+}
+
+topic& topic_registry::add(storage::topic_record rec) {
+  return add(make(std::move(rec)));
+}
+
+topic& topic_registry::create(storage::topic_record rec, txn& tx) {
+  storage::topic_id id = next_id_;
+  for (const auto* t : tx.new_topics()) id = std::max(id, t->rec.id + 1);
+  rec.id = id;
+  tx.batch().put(storage::column::meta, storage::keys::topic(rec.name), storage::encode(rec));
+  tx.batch().put(storage::column::meta, storage::keys::next_topic_id(),
+                 storage::encode_u64(id + 1));
+  // std::function needs a copyable callable: the effect holds the topic
+  // through a shared_ptr until it hands it to the registry.
+  auto owned = std::make_shared<std::unique_ptr<topic>>(make(std::move(rec)));
+  topic& t = **owned;
+  tx.note_new_topic(t);
+  tx.then([this, owned] { add(std::move(*owned)); });
+  return t;
+}
+
+topic& topic_registry::add(std::unique_ptr<topic> t) {
   auto* raw = t.get();
   by_id_[raw->rec.id] = raw;
   next_id_ = std::max(next_id_, raw->rec.id + 1);

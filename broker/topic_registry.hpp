@@ -14,7 +14,7 @@
 
 namespace onceq {
 
-inline constexpr std::string_view k_dlq_prefix = "dlq.";
+class txn;
 
 // A topic: its stored record (name, id, settings), its partitions and its
 // consumer groups.
@@ -45,7 +45,14 @@ class topic_registry {
  public:
   topic* find(std::string_view name) const;
   topic* find(storage::topic_id id) const;
+  // The topic named name: in the registry, or one that tx creates.
+  topic* find(std::string_view name, const txn& tx) const;
   topic& add(storage::topic_record rec);
+  // Creates rec's topic as part of tx: its record and the next topic id go
+  // into tx's batch, and the topic joins the registry when tx commits (not
+  // at all if it fails). rec.id is assigned here, the next free id counting
+  // the topics tx creates already. Until then find(name, tx) finds it.
+  topic& create(storage::topic_record rec, txn& tx);
   void remove(std::string_view name);
   void clear();
 
@@ -60,6 +67,9 @@ class topic_registry {
   std::size_t size() const noexcept { return by_name_.size(); }
 
  private:
+  static std::unique_ptr<topic> make(storage::topic_record rec);
+  topic& add(std::unique_ptr<topic> t);
+
   std::map<std::string, std::unique_ptr<topic>, std::less<>> by_name_;
   std::unordered_map<storage::topic_id, topic*> by_id_;
   storage::topic_id next_id_ = 1;

@@ -57,6 +57,7 @@ result<void> txn::commit(storage::store& store) {
   for (auto& fn : effects_) fn();
   effects_.clear();
   next_.clear();
+  new_topics_.clear();
   batch_.clear();
   return {};
 }

@@ -16,6 +16,7 @@
 namespace onceq {
 
 struct partition_log;
+struct topic;
 
 // One command's changes, in two halves that must agree: the storage batch
 // and the in-memory changes that mirror it. A command only reads memory and
@@ -53,6 +54,12 @@ class txn {
   // The next free offset of p without taking it.
   std::uint64_t peek_offset(const partition_log& p) const;
 
+  // Topics this txn creates (topic_registry::create), which the registry
+  // gets only when the commit succeeds: the command's later steps find them
+  // here (a second dead letter into the DLQ the first one creates).
+  void note_new_topic(topic& t) { new_topics_.push_back(&t); }
+  const std::vector<topic*>& new_topics() const noexcept { return new_topics_; }
+
   // Writes the batch (nothing when it is empty), then applies the memory
   // side. errc::unavailable with a retry hint when the store refused.
   result<void> commit(storage::store& store);
@@ -61,6 +68,7 @@ class txn {
   storage::batch batch_;
   std::vector<std::function<void()>> effects_;
   std::unordered_map<partition_log*, std::uint64_t> next_;
+  std::vector<topic*> new_topics_;  // owned by their effects until the commit
   struct pending_history {
     millis expires_at = 0;
     std::vector<storage::history_event> events;

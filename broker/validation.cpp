@@ -2,27 +2,51 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace onceq {
 
+namespace {
+
+bool name_length_ok(std::string_view name) noexcept {
+  return !name.empty() && name.size() <= k_max_name_bytes;
+}
+
+bool topic_name_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+}  // namespace
+
+bool valid_topic_name(std::string_view name) noexcept {
+  return name_length_ok(name) && std::all_of(name.begin(), name.end(), topic_name_char);
+}
+
 result<void> validate_topic_name(std::string_view name) {
-  if (name.empty() || name.size() > k_max_name_bytes)
+  if (!name_length_ok(name))
     return make_error(errc::invalid_argument, "topic name must be 1..200 characters");
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok)
-      return make_error(errc::invalid_argument,
-                        "topic name may contain only letters, digits, '.', '_' and '-'");
-  }
+  if (!valid_topic_name(name))
+    return make_error(errc::invalid_argument,
+                      "topic name may contain only letters, digits, '.', '_' and '-'");
   return {};
 }
 
+bool valid_label(std::string_view value) noexcept {
+  return name_length_ok(value);
+}
+
 result<void> validate_label(std::string_view what, std::string_view value) {
-  if (value.empty() || value.size() > k_max_name_bytes)
+  if (!valid_label(value))
     return make_error(errc::invalid_argument, fmt::format("{} must be 1..200 bytes", what));
   return {};
+}
+
+std::string dlq_topic_of(std::string_view topic) {
+  std::string out(k_dlq_prefix);
+  out += topic;
+  return out;
 }
 
 result<void> validate_range(std::string_view field, std::int64_t v, std::int64_t lo,

@@ -22,6 +22,7 @@
 #include "cmd/config.hpp"
 #include "cmd/log.hpp"
 #include "http/auth.hpp"
+#include "http/codec/inspector.hpp"
 #include "http/router.hpp"
 #include "http/server.hpp"
 #include "http/tls.hpp"
@@ -87,7 +88,7 @@ result<shard_parts> open_shard(const cmd::config& cfg, const onceq::clock& time,
                                                      id, so.data_dir, opened.err().message));
   }
   shard_parts p{std::move(*opened), nullptr};
-  p.core = std::make_unique<broker>(*p.store, time, cfg.broker);
+  p.core = std::make_unique<broker>(*p.store, time, &http::json_inspector(), cfg.broker);
   if (auto r = p.core->recover(); !r.ok()) {
     return make_error(r.err().code,
                       fmt::format("recovery of shard {} failed: {}", id, r.err().message));

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "http/codec.hpp"
+#include "broker/validation.hpp"
 
 namespace onceq::http {
 
@@ -20,7 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view k_dlq_prefix = "dlq.";
 constexpr std::size_t k_max_name_bytes = 128;
 
 struct scope_name {

@@ -54,7 +54,7 @@ struct http_options {
   bool access_log = false;  // Default: off
 
   // Settings of a topic created without them (POST /v1/topics).
-  topic_settings topic_defaults;  // Default: the spec's (lease_ms 30000, ...)
+  topic_settings topic_defaults;  // Default: topic_settings{}, the API's (broker/commands.hpp)
 
   // Answered by GET /v1/version.
   std::string version = "0.0.0";   // Default: set by cmd/ from the project version

@@ -8,6 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include "broker/validation.hpp"
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
 #include "http/error_table.hpp"
@@ -417,7 +418,7 @@ asio::awaitable<reply> router::delete_topic(call& c) {
         auto r = b.delete_topic(name);
         shards_.settle(name, id, b.get_topic(name).ok());
         // A DLQ that outlives its topic keeps its own entry (its shard).
-        const std::string dlq = "dlq." + name;
+        const std::string dlq = dlq_topic_of(name);
         shards_.settle(dlq, id, b.get_topic(dlq).ok());
         return r;
       },

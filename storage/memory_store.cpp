@@ -22,6 +22,8 @@ result<resume_outcome> memory_store::resume() {
 }
 
 result<void> memory_store::write(const batch& b) {
+  if (writes_left_ == 0) fail_writes(true);
+  if (writes_left_ != npos) --writes_left_;
   if (fail_) {
     faulted_ = true;
     return make_error(errc::unavailable, "injected write failure");

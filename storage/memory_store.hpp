@@ -29,12 +29,19 @@ class memory_store : public store {
   // Fault injection, as a full disk or a failing device would:
   // - fail_writes: every write fails with errc::unavailable and health()
   //   says not writable until it is turned off and resume() is called;
+  // - fail_writes_after(n): the next n writes succeed, then writes fail as
+  //   with fail_writes(true), until fail_writes(false);
   // - fail_reads_after(n): the first n reads (get, multi_get keys, scan,
   //   last_key) succeed and every later one fails with errc::unavailable,
   //   until fail_reads_after(npos).
   void fail_writes(bool on) noexcept {
     fail_ = on;
     if (on) faulted_ = true;
+    writes_left_ = npos;
+  }
+  void fail_writes_after(std::size_t n) noexcept {
+    fail_writes(false);
+    writes_left_ = n;
   }
   void fail_reads_after(std::size_t n) noexcept { reads_left_ = n; }
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -51,6 +58,7 @@ class memory_store : public store {
   std::size_t writes_ = 0;
   bool fail_ = false;
   bool faulted_ = false;  // refuses writes until resume()
+  std::size_t writes_left_ = npos;
   std::size_t reads_left_ = npos;
   std::size_t reads_ = 0;
   resume_outcome resume_as_ = resume_outcome::resumed;

@@ -21,32 +21,31 @@ namespace onceq::storage {
 using topic_id = std::uint32_t;
 using group_id = std::uint32_t;
 
-// Per-topic settings (docs/API.md POST /v1/topics). Defaults are the API's.
+// A topic's settings as stored: onceq::topic_settings (broker/commands.hpp)
+// is the one definition of what each means and of its default; the broker
+// converts (broker/records.cpp) and every record carries every field of its
+// version. A field that an older version lacks decodes as zero (0 = no
+// limit, false, none), so the members start at zero rather than at the
+// API's defaults.
 struct topic_settings {
-  millis lease_ms = 30'000;           // Default: 30 s
-  std::int64_t max_attempts = 0;      // Default: 0 = unlimited
-  millis backoff_ms = 0;              // Default: 0 = redeliver at once
-  millis max_backoff_ms = 0;          // Default: 0 = no cap
-  millis key_ttl_ms = 604'800'000;    // Default: 7 days; 0 = forever
-  millis dedup_window_ms = 120'000;   // Default: 2 minutes
-  millis retention_ms = 604'800'000;  // Default: 7 days; 0 = no age limit
-  // Backpressure (docs/OPERATIONS.md, "Limits"): a produce that would take
-  // the topic's backlog (stored messages not yet deleted by retention) past
-  // either cap is refused whole with RESOURCE_EXHAUSTED.
-  std::int64_t max_backlog_messages = 0;  // Default: 0 = unlimited
-  std::int64_t max_backlog_bytes = 0;     // Default: 0 = unlimited (value + envelope bytes)
-  // Leases one group may hold at once on this topic; a consume past it
-  // gets no more messages until leases end. Default: 0 = unlimited.
+  millis lease_ms = 0;
+  std::int64_t max_attempts = 0;
+  millis backoff_ms = 0;
+  millis max_backoff_ms = 0;
+  millis key_ttl_ms = 0;
+  millis dedup_window_ms = 0;
+  millis retention_ms = 0;
+  // Version 2.
+  std::int64_t max_backlog_messages = 0;
+  std::int64_t max_backlog_bytes = 0;
   std::int64_t max_inflight = 0;
-  // Idempotency features (version 3 records; docs/API.md "Topics").
-  // Sources of a key derived from the message: "envelope.<path>" or
-  // "value.<path>". Default: none.
+  // Version 3.
   std::vector<std::string> idempotency_key_fields;
-  bool idempotency_key_include_topic = false;  // Default: false
-  bool idempotency_key_optional = false;       // Default: false
-  bool dedup_by_content = false;               // Default: false
-  std::uint8_t key_conflict = 0;               // Default: 0 = hold; 1 = supersede
-  bool key_history = false;                    // Default: false
+  bool idempotency_key_include_topic = false;
+  bool idempotency_key_optional = false;
+  bool dedup_by_content = false;
+  std::uint8_t key_conflict = 0;  // 0 = hold; 1 = supersede
+  bool key_history = false;
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 

@@ -28,9 +28,10 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
-#include "shard/shard_set.hpp"
+#include "http/codec/inspector.hpp"
 #include "http/request_id.hpp"
 #include "http/router.hpp"
+#include "shard/shard_set.hpp"
 #include "storage/memory_store.hpp"
 
 using namespace onceq;
@@ -64,7 +65,7 @@ shard_options fuzz_shard_options() {
 struct harness {
   manual_clock clock;
   storage::memory_store store;
-  broker core_broker{store, clock};
+  broker core_broker{store, clock, &json_inspector()};
   shard core_runner{0, core_broker, store, clock, fuzz_shard_options()};
   shard_set shards{{&core_runner}};
   router routes{shards, clock, fuzz_http_options()};

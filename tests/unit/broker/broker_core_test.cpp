@@ -41,7 +41,7 @@ TEST_F(BrokerTest, CreateTopicRejectsBadInputAndChangesNothing) {
 
 TEST_F(BrokerTest, ProduceToUnknownTopicIs400AndUnknownTopicUrlIs404) {
   message_in m = msg("x");
-  EXPECT_EQ(b().produce(produce_cmd{"nope", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"nope", {m}, {}, {}}).code(), errc::invalid_argument);
   EXPECT_EQ(b().consume(consume_cmd{"nope", "g", "o", {}, 1, {}}).code(), errc::invalid_argument);
   EXPECT_EQ(b().get_topic("nope").code(), errc::not_found);
   EXPECT_EQ(b().delete_topic("nope").code(), errc::not_found);
@@ -60,7 +60,7 @@ TEST_F(BrokerTest, PartitionIsOverrideElseKeyHashElseZero) {
   EXPECT_EQ(produce("t", msg("no key")).partition, 0u);
   m = msg("v");
   m.partition_override = 4;
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}}).code(), errc::invalid_argument);
 }
 
 TEST_F(BrokerTest, OffsetsIncreaseAndAGroupReadsInOffsetOrder) {
@@ -84,10 +84,9 @@ TEST_F(BrokerTest, BatchProduceIsAtomic) {
   create("t", 2);
   auto good = msg("ok");
   auto bad = msg("");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}, {}, nullptr}).code(),
-            errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {good, bad}, {}, {}}).code(), errc::invalid_argument);
   EXPECT_TRUE(consume("t", "g", "a").empty());
-  auto r = b().produce(produce_cmd{"t", {good, good, good}, {}, {}, nullptr});
+  auto r = b().produce(produce_cmd{"t", {good, good, good}, {}, {}});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->results.size(), 3u);
   EXPECT_EQ(consume("t", "g", "a").size(), 3u);
@@ -97,9 +96,9 @@ TEST_F(BrokerTest, ProduceAfterDeadlineIsRejected) {
   create("t");
   auto m = msg("late");
   m.deadline_ms = clock_.now_ms() - 1;
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::invalid_argument);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}}).code(), errc::invalid_argument);
   m.deadline_ms = clock_.now_ms() + 1000;
-  EXPECT_TRUE(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).ok());
+  EXPECT_TRUE(b().produce(produce_cmd{"t", {m}, {}, {}}).ok());
 }
 
 TEST_F(BrokerTest, GroupsFanOutAndInsideAGroupOneConsumerAtATime) {
@@ -270,7 +269,7 @@ TEST_F(BrokerTest, StorageFailureAnswersUnavailable) {
   create("t");
   store_.fail_writes(true);
   message_in m = msg("x");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}, nullptr}).code(), errc::unavailable);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {m}, {}, {}}).code(), errc::unavailable);
   EXPECT_EQ(b().consume(consume_cmd{"t", "g", "o", {}, 1, {}}).code(), errc::unavailable);
 }
 

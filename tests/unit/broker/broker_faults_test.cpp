@@ -7,6 +7,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "broker/broker.hpp"
 #include "broker_test_support.hpp"
@@ -25,7 +28,7 @@ struct world {
   world() {
     broker_options opts;
     opts.message_cache_bytes = 0;
-    b = std::make_unique<broker>(store, clock, opts);
+    b = std::make_unique<broker>(store, clock, nullptr, opts);
     EXPECT_TRUE(b->recover().ok());
   }
   void create(const std::string& name, topic_settings s = {}, std::int64_t partitions = 1) {
@@ -37,7 +40,7 @@ struct world {
     m.value = value;
     m.idempotency_key = idem;
     m.msg_id = msg_id;
-    auto r = b->produce(produce_cmd{topic, {m}, {}, {}, nullptr});
+    auto r = b->produce(produce_cmd{topic, {m}, {}, {}});
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
   std::vector<delivery> consume(const std::string& topic, const std::string& group,
@@ -152,7 +155,7 @@ errc do_produce(world& w) {
   m.value = "y";
   m.msg_id = "m2";
   m.idempotency_key = "k2";
-  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}, {}, nullptr}));
+  return code_of(w.b->produce(produce_cmd{"t", {m, m}, {}, {}}));
 }
 errc do_consume(world& w) {
   return code_of(w.b->consume(consume_cmd{"t", "g", "a", std::nullopt, 10, {}}));
@@ -244,6 +247,108 @@ TEST(BrokerFaults, RedriveIsAtomic) {
   expect_atomic_on_read_failure(dead_lettered_one, do_redrive);
 }
 
+// ---- the DLQ topic a dead letter creates ----------------------------------
+
+// The dead letters that a restart finds in dlq.<topic>, and whether it
+// finds that topic at all (nullopt: no such topic).
+std::optional<std::vector<std::string>> dlq_after_restart(world& w, const std::string& topic) {
+  broker fresh(w.store, w.clock, nullptr);
+  EXPECT_TRUE(fresh.recover().ok());
+  if (!fresh.get_topic("dlq." + topic).ok()) return std::nullopt;
+  auto r = fresh.consume(consume_cmd{"dlq." + topic, "reader", "r", std::nullopt, 100, {}});
+  EXPECT_TRUE(r.ok());
+  std::vector<std::string> values;
+  if (r.ok())
+    for (const auto& d : *r) values.push_back(d.value);
+  return values;
+}
+
+// For n = 0, 1, ...: the store refuses the command's n-th write (counting
+// from 0). The command dead-letters into dlq.t, which does not exist yet:
+// while it fails, dlq.t must not exist afterwards, neither in memory nor
+// in the store (a restart does not find it); once it succeeds, dlq.t holds
+// the dead letters, and a restart finds them.
+void expect_dlq_only_with_its_dead_letters(const setup_fn& setup, const command_fn& command,
+                                           const std::vector<std::string>& dead) {
+  for (std::size_t n = 0; n < 10; ++n) {
+    world w;
+    setup(w);
+    ASSERT_FALSE(w.b->get_topic("dlq.t").ok());
+    const auto before = w.b->describe_state();
+    w.store.fail_writes_after(n);
+    const auto code = command(w);
+    w.store.fail_writes(false);
+    ASSERT_TRUE(w.store.resume().ok());
+    if (code != errc::ok) {
+      EXPECT_EQ(code, errc::unavailable) << "write " << n;
+      EXPECT_FALSE(w.b->get_topic("dlq.t").ok()) << "in memory after failed write " << n;
+      EXPECT_EQ(w.b->describe_state(), before) << "memory changed by failed write " << n;
+      EXPECT_EQ(dlq_after_restart(w, "t"), std::nullopt) << "stored despite failed write " << n;
+      continue;
+    }
+    EXPECT_TRUE(w.b->get_topic("dlq.t").ok());
+    EXPECT_EQ(dlq_after_restart(w, "t"), dead);
+    return;
+  }
+  ADD_FAILURE() << "the command never succeeded";
+}
+
+// A tick that must dead-letter: answers ok once the group counts it.
+errc do_expire_dead_letters(world& w, std::uint64_t want) {
+  w.clock.set(w.clock.now_ms() + 200);
+  w.b->tick();
+  auto t = w.b->get_topic("t");
+  if (!t.ok() || !t->groups.contains("g")) return errc::internal;
+  return t->groups.at("g").dead_lettered == want ? errc::ok : errc::unavailable;
+}
+
+void two_last_attempts_leased(world& w) {
+  topic_settings s;
+  s.max_attempts = 1;
+  w.create("t", s);
+  w.produce("t", "x", "k1");
+  w.produce("t", "y", "k2");
+  ASSERT_EQ(w.consume("t", "g", "a", 2, 100).size(), 2u);
+}
+
+TEST(BrokerFaults, TheDlqTopicIsCreatedOnlyWithItsDeadLetter) {
+  // By a nack of the last attempt, and by the lease expiry of one.
+  expect_dlq_only_with_its_dead_letters(last_attempt_leased, do_nack, {"x"});
+  expect_dlq_only_with_its_dead_letters(
+      last_attempt_leased, [](world& w) { return do_expire_dead_letters(w, 1); }, {"x"});
+  // Two dead letters of one tick: the second finds the DLQ the first
+  // creates in the same write.
+  expect_dlq_only_with_its_dead_letters(
+      two_last_attempts_leased, [](world& w) { return do_expire_dead_letters(w, 2); }, {"x", "y"});
+}
+
+TEST(BrokerFaults, OneTickCreatesTheDlqTopicsOfSeveralTopicsWithDistinctIds) {
+  world w;
+  topic_settings s;
+  s.max_attempts = 1;
+  for (const std::string name : {"t", "u"}) {
+    w.create(name, s);
+    w.produce(name, "from " + name, "k1");
+    ASSERT_EQ(w.consume(name, "g", "a", 1, 100).size(), 1u);
+  }
+  w.clock.advance(200);
+  w.b->tick();
+  EXPECT_TRUE(w.b->get_topic("dlq.t").ok());
+  EXPECT_TRUE(w.b->get_topic("dlq.u").ok());
+  // A topic created next gets an id of its own too: were two of the three
+  // given one id, their messages would land on the same keys.
+  w.create("v");
+  w.produce("v", "from v");
+  EXPECT_EQ(dlq_after_restart(w, "t"), (std::vector<std::string>{"from t"}));
+  EXPECT_EQ(dlq_after_restart(w, "u"), (std::vector<std::string>{"from u"}));
+  broker fresh(w.store, w.clock, nullptr);
+  ASSERT_TRUE(fresh.recover().ok());
+  auto v = fresh.consume(consume_cmd{"v", "g", "a", std::nullopt, 10, {}});
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ((*v)[0].value, "from v");
+}
+
 // ---- idempotency features: the same guarantees on their new paths -------
 
 topic_settings history_settings() {
@@ -273,7 +378,7 @@ errc do_produce_skip_committed(world& w) {
   message_in m;
   m.value = "again";
   m.idempotency_key = "k1";
-  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {"g"}, nullptr});
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {"g"}});
   if (r.ok() && r->already_committed.empty()) return errc::internal;
   return code_of(r);
 }
@@ -282,7 +387,7 @@ errc do_produce_duplicate(world& w) {
   m.value = "x";
   m.idempotency_key = "k1";
   m.msg_id = "m1";
-  return code_of(w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr}));
+  return code_of(w.b->produce(produce_cmd{"t", {m}, {}, {}}));
 }
 errc do_ack_fenced(world& w) {
   auto ref = k_ref;
@@ -342,7 +447,7 @@ TEST(BrokerFaults, RefusedWritesAnswerWithARetryHint) {
   w.store.fail_writes(true);
   message_in m;
   m.value = "x";
-  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+  auto r = w.b->produce(produce_cmd{"t", {m}, {}, {}});
   ASSERT_EQ(r.code(), errc::unavailable);
   EXPECT_GT(r.err().retry_after_ms, 0);
 }
@@ -364,7 +469,7 @@ TEST(BrokerFaults, RecoverAfterAReopenRebuildsFromTheStore) {
   leased_one(w);
   w.produce("t", "y", "k2");
   // What a restart would see.
-  broker fresh(w.store, w.clock, {});
+  broker fresh(w.store, w.clock, nullptr);
   ASSERT_TRUE(fresh.recover().ok());
   ASSERT_TRUE(w.b->recover().ok());
   // Counters are since start and not rebuilt; everything else matches.

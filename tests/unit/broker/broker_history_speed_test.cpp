@@ -23,7 +23,7 @@ constexpr int k_rounds = 200;
 double run(bool history) {
   manual_clock clock;
   storage::memory_store store;
-  broker b(store, clock, {});
+  broker b(store, clock, nullptr);
   EXPECT_TRUE(b.recover().ok());
   topic_settings s;
   s.key_history = history;
@@ -32,7 +32,7 @@ double run(bool history) {
   int n = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int round = 0; round < k_rounds; ++round) {
-    produce_cmd p{"t", {}, {}, {}, nullptr};
+    produce_cmd p{"t", {}, {}, {}};
     for (int i = 0; i < k_batch; ++i) {
       message_in m;
       m.value = value;

@@ -41,8 +41,8 @@ TEST_F(BrokerTest, DedupByHeaderAndWithinABatch) {
   auto b2 = produce("t", msg("x"), "hdr-1");
   EXPECT_TRUE(b2.duplicate);
   EXPECT_EQ(a.offset, b2.offset);
-  auto r = b().produce(
-      produce_cmd{"t", {with_msg_id("a", "same"), with_msg_id("b", "same")}, {}, {}, nullptr});
+  auto r =
+      b().produce(produce_cmd{"t", {with_msg_id("a", "same"), with_msg_id("b", "same")}, {}, {}});
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->results[0].duplicate);
   EXPECT_TRUE(r->results[1].duplicate);

@@ -14,9 +14,13 @@ namespace {
 
 class IdempotencyTest : public BrokerTest {
  protected:
+  IdempotencyTest() {
+    inspector_ = &http::json_inspector();
+    restart();
+  }
   result<produce_reply> produce_cmd_of(const std::string& topic, std::vector<message_in> ms,
                                        std::vector<std::string> skip = {}) {
-    produce_cmd cmd{topic, std::move(ms), {}, std::move(skip), &http::json_inspector()};
+    produce_cmd cmd{topic, std::move(ms), {}, std::move(skip)};
     return b().produce(cmd);
   }
   static message_in json_msg(std::string value, std::string envelope = {}) {

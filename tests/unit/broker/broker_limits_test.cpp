@@ -14,15 +14,14 @@ TEST_F(BrokerTest, BacklogMessageCapRefusesAWholeBatchWithARetryHint) {
   create("t", 1, s);
   produce("t", "a");
   produce("t", "b");
-  produce_cmd two{"t", {msg("c"), msg("d")}, {}, {}, nullptr};
+  produce_cmd two{"t", {msg("c"), msg("d")}, {}, {}};
   auto r = b().produce(two);
   ASSERT_EQ(r.code(), errc::resource_exhausted);
   EXPECT_GT(r.err().retry_after_ms, 0);
   EXPECT_NE(r.err().message.find("max_backlog_messages"), std::string::npos);
   EXPECT_EQ(b().get_topic("t")->produced, 2u) << "nothing of the batch was stored";
   produce("t", "c");  // one more still fits
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("e")}, {}, {}, nullptr}).code(),
-            errc::resource_exhausted);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("e")}, {}, {}}).code(), errc::resource_exhausted);
 }
 
 TEST_F(BrokerTest, BacklogFreesUpAsConsumersAckAndRetentionRuns) {
@@ -31,11 +30,10 @@ TEST_F(BrokerTest, BacklogFreesUpAsConsumersAckAndRetentionRuns) {
   create("t", 1, s);
   produce("t", "a");
   produce("t", "b");
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("c")}, {}, {}, nullptr}).code(),
-            errc::resource_exhausted);
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg("c")}, {}, {}}).code(), errc::resource_exhausted);
   for (const auto& d : consume("t", "g", "w")) ASSERT_TRUE(ack(d, "g", "w").ok());
   advance(1000);  // a retention run deletes what every group acked
-  EXPECT_TRUE(b().produce(produce_cmd{"t", {msg("c")}, {}, {}, nullptr}).ok());
+  EXPECT_TRUE(b().produce(produce_cmd{"t", {msg("c")}, {}, {}}).ok());
 }
 
 TEST_F(BrokerTest, BacklogByteCapCountsValueAndEnvelopeBytesAndSurvivesRestart) {
@@ -43,15 +41,15 @@ TEST_F(BrokerTest, BacklogByteCapCountsValueAndEnvelopeBytesAndSurvivesRestart) 
   s.max_backlog_bytes = 100;
   create("t", 1, s);
   produce("t", std::string(60, 'x'));
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg(std::string(41, 'y'))}, {}, {}, nullptr}).code(),
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg(std::string(41, 'y'))}, {}, {}}).code(),
             errc::resource_exhausted);
   restart();  // the byte count is rebuilt from the stored messages
-  EXPECT_EQ(b().produce(produce_cmd{"t", {msg(std::string(41, 'y'))}, {}, {}, nullptr}).code(),
+  EXPECT_EQ(b().produce(produce_cmd{"t", {msg(std::string(41, 'y'))}, {}, {}}).code(),
             errc::resource_exhausted);
   produce("t", std::string(40, 'z'));
   for (const auto& d : consume("t", "g", "w")) ASSERT_TRUE(ack(d, "g", "w").ok());
   advance(1000);
-  EXPECT_TRUE(b().produce(produce_cmd{"t", {msg(std::string(100, 'w'))}, {}, {}, nullptr}).ok());
+  EXPECT_TRUE(b().produce(produce_cmd{"t", {msg(std::string(100, 'w'))}, {}, {}}).ok());
 }
 
 TEST_F(BrokerTest, DuplicatesDoNotCountAgainstTheBacklogCap) {
@@ -61,7 +59,7 @@ TEST_F(BrokerTest, DuplicatesDoNotCountAgainstTheBacklogCap) {
   auto m = msg("a");
   m.msg_id = "once";
   produce("t", m);
-  auto again = b().produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+  auto again = b().produce(produce_cmd{"t", {m}, {}, {}});
   ASSERT_TRUE(again.ok()) << again.err().message;
   EXPECT_TRUE(again->results[0].duplicate);
 }

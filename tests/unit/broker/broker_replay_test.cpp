@@ -51,7 +51,7 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
     switch (pick(9)) {
       case 0:
       case 1: {
-        produce_cmd p{topic, {}, {}, {}, nullptr};
+        produce_cmd p{topic, {}, {}, {}};
         if (pick(4) == 0) p.skip_if_committed = {group};
         for (int m = 0, count = 1 + pick(3); m < count; ++m) {
           message_in msg;
@@ -183,7 +183,7 @@ TEST(BrokerReplay, OneCommandLogGivesTheSameStateOnTwoCores) {
     auto log = record_log(seed, 1500);
     manual_clock c1, c2;
     storage::memory_store s1, s2;
-    broker b1(s1, c1), b2(s2, c2);
+    broker b1(s1, c1, nullptr), b2(s2, c2, nullptr);
     ASSERT_TRUE(b1.recover().ok());
     ASSERT_TRUE(b2.recover().ok());
     auto a1 = replay(b1, c1, log);

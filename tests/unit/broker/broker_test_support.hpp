@@ -20,7 +20,7 @@ class BrokerTest : public ::testing::Test {
 
   void restart(broker_options opts = {}) {
     broker_.reset();
-    broker_ = std::make_unique<broker>(store_, clock_, opts);
+    broker_ = std::make_unique<broker>(store_, clock_, inspector_, opts);
     auto r = broker_->recover();
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
@@ -40,7 +40,7 @@ class BrokerTest : public ::testing::Test {
   }
 
   produced produce(const std::string& topic, message_in m, std::string header = {}) {
-    produce_cmd cmd{topic, {std::move(m)}, std::move(header), {}, nullptr};
+    produce_cmd cmd{topic, {std::move(m)}, std::move(header), {}};
     auto r = b().produce(cmd);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? r->results.at(0) : produced{};
@@ -97,6 +97,7 @@ class BrokerTest : public ::testing::Test {
 
   manual_clock clock_;
   storage::memory_store store_;
+  const message_inspector* inspector_ = nullptr;  // set, then restart(), to use one
   std::unique_ptr<broker> broker_;
 };
 

@@ -14,6 +14,22 @@ TEST(Validation, TopicNames) {
   EXPECT_FALSE(validate_topic_name("ä").ok());
 }
 
+TEST(Validation, TheEdgeAsksTheSameTopicNameRule) {
+  // http/ calls valid_topic_name (codec, auth patterns): it must agree with
+  // what the core enforces, including the bounds.
+  for (const std::string& name :
+       {std::string("a.b_c-D9"), std::string(200, 'x'), std::string(201, 'x'), std::string(),
+        std::string("a/b"), std::string("dlq.orders"), std::string("a b")})
+    EXPECT_EQ(valid_topic_name(name), validate_topic_name(name).ok()) << name;
+  EXPECT_TRUE(valid_label(std::string(200, 'g')));
+  EXPECT_FALSE(valid_label(std::string(201, 'g')));
+  EXPECT_FALSE(valid_label(""));
+}
+
+TEST(Validation, DeadLettersGoToTheDlqPrefixedTopic) {
+  EXPECT_EQ(dlq_topic_of("orders"), "dlq.orders");
+}
+
 TEST(Validation, RetryDelayDoublesAndCaps) {
   EXPECT_EQ(retry_delay(1, 100, 0), 100);
   EXPECT_EQ(retry_delay(2, 100, 0), 200);

@@ -11,8 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
-#include "shard/shard_set.hpp"
+#include "http/codec/inspector.hpp"
 #include "http/router.hpp"
+#include "shard/shard_set.hpp"
 #include "storage/memory_store.hpp"
 
 namespace onceq::http {
@@ -324,7 +325,7 @@ class AuthRouterTest : public ::testing::Test {
                       entry("worker", "w-secret", {"consume"}, {"orders"}),
                       entry("scraper", "m-secret", {"metrics"}, {}),
                       entry("team-admin", "t-secret", {"admin"}, {"orders"})}}})),
-        broker_(store_, clock_),
+        broker_(store_, clock_, &json_inspector()),
         runner_(0, broker_, store_, clock_),
         shards_({&runner_}),
         router_(shards_, clock_, http_options{}, &auth_) {

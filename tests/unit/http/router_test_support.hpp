@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "broker/broker.hpp"
+#include "http/codec/inspector.hpp"
 #include "http/router.hpp"
 #include "shard/shard_set.hpp"
 #include "storage/memory_store.hpp"
@@ -46,7 +47,7 @@ class router_harness {
     for (std::uint32_t i = 0; i < shards; ++i) {
       storage::store* st = &backing_;
       if (i > 0) st = extra_stores_.emplace_back(std::make_unique<storage::memory_store>()).get();
-      brokers_.push_back(std::make_unique<broker>(*st, clock_));
+      brokers_.push_back(std::make_unique<broker>(*st, clock_, &json_inspector()));
       EXPECT_TRUE(brokers_.back()->recover().ok());
       shards_.push_back(std::make_unique<shard>(i, *brokers_.back(), *st, clock_));
       ptrs.push_back(shards_.back().get());

@@ -36,7 +36,7 @@ class shards_fixture {
     }
     for (std::uint32_t i = 0; i < n; ++i) {
       auto& st = *(*stores)[i];
-      brokers_.push_back(std::make_unique<broker>(st, clock_));
+      brokers_.push_back(std::make_unique<broker>(st, clock_, nullptr));
       EXPECT_TRUE(brokers_.back()->recover().ok());
       shards_.push_back(std::make_unique<shard>(i, *brokers_.back(), st, clock_));
       ptrs_.push_back(shards_.back().get());

@@ -139,6 +139,19 @@ TEST_F(memory_store_test, resume_fails_while_the_fault_lasts) {
   EXPECT_FALSE(s_.health().writable);
 }
 
+TEST_F(memory_store_test, injected_write_failures_start_after_n_writes) {
+  s_.fail_writes_after(1);
+  put(column::meta, "a", "1");
+  batch b;
+  b.put(column::meta, "b", "2");
+  EXPECT_EQ(s_.write(b).code(), errc::unavailable);
+  EXPECT_FALSE(s_.health().writable);
+  s_.fail_writes(false);
+  ASSERT_TRUE(s_.resume().ok());
+  EXPECT_TRUE(s_.write(b).ok()) << "only the one fault";
+  EXPECT_EQ(s_.count(column::meta), 2u);
+}
+
 TEST_F(memory_store_test, injected_read_failures_start_after_n_reads) {
   batch b;
   b.put(column::meta, "k", "v");
