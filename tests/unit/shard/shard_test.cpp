@@ -10,7 +10,6 @@
 #include <chrono>
 #include <future>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "storage/memory_store.hpp"
@@ -22,7 +21,7 @@ using namespace std::chrono_literals;
 
 class ShardTest : public ::testing::Test {
  protected:
-  ShardTest() : broker_(store_, clock_), runner_(0, broker_, store_, clock_) {
+  ShardTest() : broker_(store_, clock_, nullptr), runner_(0, broker_, store_, clock_) {
     EXPECT_TRUE(broker_.recover().ok());
     runner_.start();
     auto created = call<topic_created>([](broker& b) { return b.create_topic({"t", 1, {}}); });
@@ -42,7 +41,7 @@ class ShardTest : public ::testing::Test {
       message_in m;
       m.value = value;
       m.idempotency_key = idem;
-      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+      return b.produce(produce_cmd{"t", {m}, {}, {}});
     });
   }
 
@@ -243,7 +242,7 @@ class gated_store final : public storage::memory_store {
 TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
   system_clock clock;
   gated_store store;
-  broker b(store, clock);
+  broker b(store, clock, nullptr);
   ASSERT_TRUE(b.recover().ok());
   shard r(0, b, store, clock);
   r.start();
@@ -268,7 +267,7 @@ TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
       [](broker& br) {
         message_in m;
         m.value = "v";
-        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+        return br.produce(produce_cmd{"t", {m}, {}, {}});
       },
       [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
   EXPECT_EQ(pf.wait_for(200ms), std::future_status::timeout) << "answered before durable";
@@ -290,7 +289,7 @@ TEST(ShardDurability, AnswersWaitForTheSyncOfTheirRound) {
 TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
   system_clock clock;
   gated_store store;
-  broker b(store, clock);
+  broker b(store, clock, nullptr);
   ASSERT_TRUE(b.recover().ok());
   shard r(0, b, store, clock);
   r.start();
@@ -300,7 +299,7 @@ TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
         ONCEQ_TRY(br.create_topic({"t", 1, {}}));
         message_in m;
         m.value = "v";
-        return br.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+        return br.produce(produce_cmd{"t", {m}, {}, {}});
       },
       [&pp](result<produce_reply> x) { pp.set_value(std::move(x)); });
   ASSERT_TRUE(pp.get_future().get().ok());
@@ -350,7 +349,7 @@ class counting_store final : public storage::memory_store {
 
 class ShardLoopTest : public ::testing::Test {
  protected:
-  ShardLoopTest() : broker_(store_, clock_), shard_(0, broker_, store_, clock_) {
+  ShardLoopTest() : broker_(store_, clock_, nullptr), shard_(0, broker_, store_, clock_) {
     EXPECT_TRUE(broker_.recover().ok());
     shard_.start();
     EXPECT_TRUE(on_loop([this] { return broker_.create_topic({"t", 1, {}}).ok(); }));
@@ -369,7 +368,7 @@ class ShardLoopTest : public ::testing::Test {
     return [value](broker& b) {
       message_in m;
       m.value = value;
-      return b.produce(produce_cmd{"t", {m}, {}, {}, nullptr});
+      return b.produce(produce_cmd{"t", {m}, {}, {}});
     };
   }
 
@@ -399,24 +398,23 @@ TEST_F(ShardLoopTest, ACommandOnItsOwnLoopRunsAtOnce) {
 TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
   const int before = store_.calls();
   std::atomic<int> answered{0};
+  std::promise<void> all;
   on_loop([&] {
     for (int i = 0; i < 10; ++i) {
       shard_.execute<produce_reply>(produce_fn("m" + std::to_string(i)),
-                                    [&answered](result<produce_reply> r) {
+                                    [&answered, &all](result<produce_reply> r) {
                                       EXPECT_TRUE(r.ok());
-                                      answered.fetch_add(1);
+                                      if (answered.fetch_add(1) == 9) all.set_value();
                                     });
     }
     return 0;
   });
   // The answers are released at the end of that iteration, by one sync.
-  // (Wait for them first: a job posted now could still run in that same
-  // iteration, before its end.)
-  for (int i = 0; i < 5000 && answered.load() < 10; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_EQ(answered.load(), 10);
+  // (Waited for: a job posted from here may still run in that iteration,
+  // which drains everything ready before it ends.)
+  ASSERT_EQ(all.get_future().wait_for(5s), std::future_status::ready);
   const int after = on_loop([&] { return store_.calls(); });
+  EXPECT_EQ(answered.load(), 10);
   EXPECT_EQ(after - before, 1);
 }
 
@@ -427,7 +425,7 @@ TEST_F(ShardLoopTest, AParkedKeyWaiterGetsTheFailedSyncNotCommitted) {
     message_in m;
     m.value = "v";
     m.idempotency_key = "k1";
-    return broker_.produce(produce_cmd{"t", {m}, {}, {}, nullptr}).ok();
+    return broker_.produce(produce_cmd{"t", {m}, {}, {}}).ok();
   });
   ASSERT_TRUE(produced);
   auto got = on_loop([this] { return broker_.consume(consume_cmd{"t", "g", "o", {}, 1, {}}); });
