@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds onceq and its tests, runs every test.
+# Installs the dependencies, builds onceq and its tests, runs every test:
+# the C++ suites (ctest: unit, integration, crash loops, packaging), then
+# the client libraries' suites against the built server (clients/test.sh:
+# Python unittest, TypeScript node:test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/deps.sh
+bash clients/deps.sh
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure
+bash clients/test.sh build/cmd/onceqd
