@@ -101,6 +101,14 @@ struct router::call {
 
 // The scope column is the whole authorization policy of the API
 // (docs/SECURITY.md); topic checks follow in the handlers that take one.
+namespace {
+// The steps of the routes that have the common shape (router::topic_command).
+struct nack_route;
+struct extend_route;
+struct key_history_route;
+struct redrive_route;
+}  // namespace
+
 const router::route_def router::k_routes[] = {
     {verb::get, "/v1/healthz", &router::healthz, false, scope::none},
     {verb::get, "/v1/version", &router::version, false, scope::none},
@@ -112,11 +120,12 @@ const router::route_def router::k_routes[] = {
     {verb::get, "/v1/consume", &router::consume, true, scope::consume},
     {verb::post, "/v1/consume", &router::consume, true, scope::consume},
     {verb::post, "/v1/ack", &router::ack, true, scope::consume},
-    {verb::post, "/v1/nack", &router::nack, true, scope::consume},
-    {verb::post, "/v1/extend", &router::extend, true, scope::consume},
+    {verb::post, "/v1/nack", &router::topic_command<nack_route>, true, scope::consume},
+    {verb::post, "/v1/extend", &router::topic_command<extend_route>, true, scope::consume},
     {verb::get, "/v1/keys", &router::keys, true, scope::consume},
-    {verb::get, "/v1/keys/history", &router::key_history, true, scope::consume},
-    {verb::post, "/v1/dlq/redrive", &router::redrive, true, scope::admin},
+    {verb::get, "/v1/keys/history", &router::topic_command<key_history_route>, true,
+     scope::consume},
+    {verb::post, "/v1/dlq/redrive", &router::topic_command<redrive_route>, true, scope::admin},
     {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
     // Public like healthz: the page and the spec hold no data; the page's
     // own API calls carry the token (docs/UI.md).
@@ -334,6 +343,79 @@ reply ndjson_reply(std::string body) {
 
 }  // namespace
 
+// ---- the common shape of a topic command -----------------------------------
+
+// read the parameters -> parse them into a command -> may the token use
+// its topic? -> run it on the topic's shard -> render the answer. Route
+// supplies the four steps (the *_route structs below); the routes with a
+// shape of their own (produce's batch answers, consume's long-poll and
+// stream, ack's single-or-batch, create's placement) keep their handlers.
+namespace {
+template <class R>
+struct result_value;  // result<T> -> T
+template <class T>
+struct result_value<result<T>> {
+  using type = T;
+};
+}  // namespace
+
+template <class Route>
+asio::awaitable<reply> router::topic_command(call& c) {
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto cmd = Route::parse(*p);
+  if (!cmd.ok()) co_return error_reply(cmd.err(), c);
+  const std::string topic = Route::topic(*cmd);
+  if (auto denied = deny_topic(c, topic)) co_return error_reply(*denied, c);
+  using value = typename result_value<decltype(Route::run(std::declval<broker&>(), *cmd))>::type;
+  auto r_op = async_execute<value>(
+      route(c, topic), [cmd = std::move(*cmd)](broker& b) { return Route::run(b, cmd); },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  if constexpr (std::is_void_v<value>) {
+    co_return Route::render();
+  } else {
+    co_return Route::render(*r);
+  }
+}
+
+namespace {
+
+struct nack_route {
+  static result<nack_cmd> parse(const params& p) { return parse_nack(p); }
+  static const std::string& topic(const nack_cmd& c) { return c.ref.topic; }
+  static result<void> run(broker& b, const nack_cmd& c) { return b.nack(c); }
+  static reply render() { return no_content(); }
+};
+
+struct extend_route {
+  static result<extend_cmd> parse(const params& p) { return parse_extend(p); }
+  static const std::string& topic(const extend_cmd& c) { return c.ref.topic; }
+  static result<millis> run(broker& b, const extend_cmd& c) { return b.extend(c); }
+  static reply render(millis expires) {
+    return json_reply(status::ok, {{"lease_expires_at_ms", expires}});
+  }
+};
+
+struct key_history_route {
+  static result<key_query> parse(const params& p) { return parse_key_history_query(p); }
+  static const std::string& topic(const key_query& q) { return q.topic; }
+  static result<onceq::key_history> run(broker& b, const key_query& q) {
+    return b.get_key_history(q);
+  }
+  static reply render(const onceq::key_history& h) { return json_reply(status::ok, to_json(h)); }
+};
+
+struct redrive_route {
+  static result<redrive_cmd> parse(const params& p) { return parse_redrive(p); }
+  static const std::string& topic(const redrive_cmd& c) { return c.topic; }
+  static result<std::int64_t> run(broker& b, const redrive_cmd& c) { return b.redrive(c); }
+  static reply render(std::int64_t moved) { return json_reply(status::ok, {{"moved", moved}}); }
+};
+
+}  // namespace
+
 // ---- handlers ---------------------------------------------------------------
 
 asio::awaitable<reply> router::healthz(call&) {
@@ -521,34 +603,6 @@ asio::awaitable<reply> router::ack(call& c) {
   co_return json_text_reply(status::ok, ack_outcomes_json(*r));
 }
 
-asio::awaitable<reply> router::nack(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto nr = parse_nack(*p);
-  if (!nr.ok()) co_return error_reply(nr.err(), c);
-  if (auto denied = deny_topic(c, nr->ref.topic)) co_return error_reply(*denied, c);
-  shard& owner = route(c, nr->ref.topic);
-  auto r_op = async_execute<void>(
-      owner, [cmd = std::move(*nr)](broker& b) { return b.nack(cmd); }, use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return no_content();
-}
-
-asio::awaitable<reply> router::extend(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto er = parse_extend(*p);
-  if (!er.ok()) co_return error_reply(er.err(), c);
-  if (auto denied = deny_topic(c, er->ref.topic)) co_return error_reply(*denied, c);
-  shard& owner = route(c, er->ref.topic);
-  auto r_op = async_execute<millis>(
-      owner, [cmd = std::move(*er)](broker& b) { return b.extend(cmd); }, use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_reply(status::ok, {{"lease_expires_at_ms", *r}});
-}
-
 asio::awaitable<reply> router::keys(call& c) {
   auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
   if (!p.ok()) co_return error_reply(p.err(), c);
@@ -560,34 +614,6 @@ asio::awaitable<reply> router::keys(call& c) {
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, to_json(*r));
-}
-
-asio::awaitable<reply> router::key_history(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto q = parse_key_history_query(*p);
-  if (!q.ok()) co_return error_reply(q.err(), c);
-  if (auto denied = deny_topic(c, q->topic)) co_return error_reply(*denied, c);
-  shard& owner = route(c, q->topic);
-  auto r_op = async_execute<onceq::key_history>(
-      owner, [q = std::move(*q)](broker& b) { return b.get_key_history(q); }, use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_reply(status::ok, to_json(*r));
-}
-
-asio::awaitable<reply> router::redrive(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto rr = parse_redrive(*p);
-  if (!rr.ok()) co_return error_reply(rr.err(), c);
-  if (auto denied = deny_topic(c, rr->topic)) co_return error_reply(*denied, c);
-  shard& owner = route(c, rr->topic);
-  auto r_op = async_execute<std::int64_t>(
-      owner, [cmd = std::move(*rr)](broker& b) { return b.redrive(cmd); }, use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_reply(status::ok, {{"moved", *r}});
 }
 
 asio::awaitable<reply> router::prometheus(call& c) {

@@ -138,11 +138,10 @@ class router {
   asio::awaitable<reply> produce(call& c);
   asio::awaitable<reply> consume(call& c);
   asio::awaitable<reply> ack(call& c);
-  asio::awaitable<reply> nack(call& c);
-  asio::awaitable<reply> extend(call& c);
   asio::awaitable<reply> keys(call& c);
-  asio::awaitable<reply> key_history(call& c);
-  asio::awaitable<reply> redrive(call& c);
+  // nack, extend, key history, redrive: one shape (router.cpp).
+  template <class Route>
+  asio::awaitable<reply> topic_command(call& c);
   asio::awaitable<reply> prometheus(call& c);
   asio::awaitable<reply> ui(call& c);
   asio::awaitable<reply> openapi(call& c);
