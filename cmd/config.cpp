@@ -246,6 +246,10 @@ std::unique_ptr<CLI::App> make_app(config& c) {
   a.add_flag("--access-log", c.http.access_log,
              "log every request: method, path, query keys, status,\nduration, bytes, request id "
              "(default off)");
+  a.add_flag(
+      "--no-migrate-connections{false}", c.http.migrate_connections,
+      "keep each connection on the loop that accepted it, even when\nits requests go to another "
+      "shard's topics (default: move it there)");
   a.add_flag("--help,-h", c.show_help, "print this and exit");
   a.add_flag("--version", c.show_version, "print the version and exit");
   return app;

@@ -53,6 +53,11 @@ struct http_options {
   // method, path with query keys only, status, duration, bytes, request id.
   bool access_log = false;  // Default: off
 
+  // A plain connection whose requests keep going to another shard's topics
+  // moves to that shard's loop (http/session.hpp); off: it stays where it
+  // was accepted and every such request crosses loops.
+  bool migrate_connections = true;  // Default: on
+
   // Settings of a topic created without them (POST /v1/topics).
   topic_settings topic_defaults;  // Default: topic_settings{}, the API's (broker/commands.hpp)
 

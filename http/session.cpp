@@ -343,7 +343,8 @@ asio::awaitable<void> basic_session<Stream>::run() {
 
 template <class Stream>
 bool basic_session<Stream>::note_shard(std::optional<std::uint32_t> shard) {
-  if (k_tls || !home_ || !shard || *shard == *home_ || registry_->loop(*shard) == nullptr) {
+  if (k_tls || !opts_.migrate_connections || !home_ || !shard || *shard == *home_ ||
+      registry_->loop(*shard) == nullptr) {
     foreign_streak_ = 0;
     return false;
   }

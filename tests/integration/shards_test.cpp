@@ -1,7 +1,8 @@
 // Shards seen from outside: topics spread over the shards and stay where
 // they were created across restarts with more shards; fewer shards than
 // hold topics refuses to start; a DLQ lives with its topic; a kept-alive
-// connection follows its topic's shard, pipelined bytes included.
+// connection follows its topic's shard, pipelined bytes included, unless
+// --no-migrate-connections keeps it where it was accepted.
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,8 +77,9 @@ TEST_F(shards, fewer_shards_than_hold_topics_refuse_to_start) {
   ASSERT_EQ(server_->terminate(), 0);
 
   const std::string log = dir + "/../refused.log";
-  const std::string cmd = std::string(ONCEQD_PATH) + " --listen 127.0.0.1:0 --shards 1 --data-dir " +
-                          dir + " > " + log + " 2>&1";
+  const std::string cmd = std::string(ONCEQD_PATH) +
+                          " --listen 127.0.0.1:0 --shards 1 --data-dir " + dir + " > " + log +
+                          " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
@@ -126,7 +128,8 @@ std::string read_answers(raw_socket& s, int n) {
     if (s.read_some(chunk, 1s) == raw_socket::got::closed) break;
     all += chunk;
     int seen = 0;
-    for (auto at = all.find("HTTP/1.1 "); at != std::string::npos; at = all.find("HTTP/1.1 ", at + 1)) {
+    for (auto at = all.find("HTTP/1.1 "); at != std::string::npos;
+         at = all.find("HTTP/1.1 ", at + 1)) {
       ++seen;
     }
     if (seen >= n && all.rfind("}") == all.size() - 1) break;
@@ -166,6 +169,26 @@ TEST_F(shards, a_connection_follows_its_topics_shard_with_pipelined_bytes) {
   ASSERT_EQ(got0.size(), 12u);
   ASSERT_EQ(got1.size(), 6u);
   for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(got0[i].at("value"), "on0" + std::to_string(i));
+}
+
+TEST_F(shards, without_migration_a_connection_stays_and_every_request_crosses) {
+  auto opts = with_shards(2);
+  opts.extra_args.push_back("--no-migrate-connections");
+  start_server(std::move(opts));
+  create_topic("on0");
+  create_topic("on1");
+  raw_socket s(port());
+  for (int i = 0; i < 6; ++i) {
+    const std::string topic = i % 2 == 0 ? "on0" : "on1";
+    for (int j = 0; j < 3; ++j) {
+      ASSERT_TRUE(s.send(produce_request(topic, topic + std::to_string(i * 3 + j))));
+      auto answer = read_answers(s, 1);
+      ASSERT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
+    }
+  }
+  EXPECT_EQ(metric(metrics(), "onceq_connections_migrated_total"), 0);
+  EXPECT_EQ(consume("on0", "g", "o", 100).size(), 9u);
+  EXPECT_EQ(consume("on1", "g", "o", 100).size(), 9u);
 }
 
 }  // namespace

@@ -143,6 +143,15 @@ TEST(config_test, shards_default_to_the_cores_and_are_checked) {
   EXPECT_TRUE(c->storage.sync_on_caller);
 }
 
+TEST(config_test, connections_migrate_unless_told_not_to) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->http.migrate_connections);
+  c = parse({"--no-migrate-connections"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_FALSE(c->http.migrate_connections);
+}
+
 TEST(config_test, log_flags_and_access_log) {
   auto c = parse({});
   ASSERT_TRUE(c.ok());
@@ -205,13 +214,22 @@ log-format = "text"
   EXPECT_EQ(c->log.format, log_format::text);
 }
 
+TEST_F(config_file_test, no_migrate_connections_from_the_file) {
+  auto c = with_file("no-migrate-connections = true\n");
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_FALSE(c->http.migrate_connections);
+  c = with_file("no-migrate-connections = false\n");
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_TRUE(c->http.migrate_connections);
+}
+
 TEST_F(config_file_test, every_flag_is_a_key) {
   // A valid value for each key: the file takes every flag but --config.
   std::string text;
   for (const auto& key : config_keys()) {
     if (key == "tls-cert" || key == "tls-key" || key == "auth-file") {
       text += key + " = \"x\"\n";
-    } else if (key == "access-log") {
+    } else if (key == "access-log" || key == "no-migrate-connections") {
       text += key + " = false\n";
     } else if (key == "listen") {
       text += key + " = \"127.0.0.1:0\"\n";
