@@ -78,9 +78,10 @@ void render_storage_metrics(std::string& out, const storage::store_health& h);
 struct shard_gauges {
   std::uint32_t id = 0;
   storage::store_health health;
-  std::size_t queue_depth = 0;   // commands posted from other loops, not run yet
-  std::size_t topics = 0;        // topics placed on it (DLQs included)
-  std::uint64_t iterations = 0;  // loop iterations so far
+  std::size_t queue_depth = 0;     // commands posted from other loops, not run yet
+  std::size_t topics = 0;          // topics placed on it (DLQs included)
+  std::uint64_t iterations = 0;    // loop iterations so far
+  std::uint64_t write_stalls = 0;  // writes refused for a storage write stall (429)
 };
 // onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics and
 // onceq_shard_loop_iterations_total, one series per shard.

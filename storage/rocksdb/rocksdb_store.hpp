@@ -88,6 +88,12 @@ class rocksdb_store final : public store {
   // fsync=always; inline answers under interval/none are not counted).
   // Present under every policy (all zeros under none).
   std::optional<sync_stats> wal_sync_stats() const override;
+  void refuse_stalled_writes() override;
+  std::uint64_t write_stalls() const override;
+  // For tests: stops (and starts again) RocksDB's flushes and compactions,
+  // so that full memtables make writes stall.
+  void pause_background_work_for_test();
+  void continue_background_work_for_test();
 
   // Total bytes of SST and WAL files (for metrics and the soak benchmark).
   std::uint64_t disk_bytes() const;
