@@ -80,7 +80,11 @@ struct harness {
 // Runs op to completion on a private io_context.
 template <class T>
 T run_to_end(asio::awaitable<T> op) {
-  asio::io_context ioc;
+  // One context for the process: a shard's thread may still be inside its
+  // post() of the last completion when run() returns, so a context made
+  // and destroyed per call would be freed under it (TSan).
+  static asio::io_context ioc;
+  ioc.restart();
   std::optional<T> out;
   std::exception_ptr failure;
   asio::co_spawn(

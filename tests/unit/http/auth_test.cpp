@@ -340,7 +340,10 @@ class AuthRouterTest : public ::testing::Test {
     if (!token.empty()) req.set(bhttp::field::authorization, fmt::format("Bearer {}", token));
     req.body() = std::move(body);
     req.prepare_payload();
-    asio::io_context ioc;
+    // One context for the fixture, outliving the shard's thread (see
+    // router_harness::fresh_ioc).
+    asio::io_context& ioc = ioc_;
+    ioc.restart();
     std::optional<reply> out;
     asio::co_spawn(ioc, router_.handle(std::move(req)), [&](std::exception_ptr e, reply r) {
       if (e) std::rethrow_exception(e);
@@ -350,6 +353,7 @@ class AuthRouterTest : public ::testing::Test {
     return std::move(out->res);
   }
 
+  asio::io_context ioc_;
   manual_clock clock_;
   storage::memory_store store_;
   authenticator auth_;

@@ -61,9 +61,19 @@ class router_harness {
     for (auto& s : shards_) s->stop();
   }
 
+  // The io_context the calls run on: the harness's own, restarted. Not one
+  // per call: a shard's thread may still be inside its post() of the last
+  // completion (signalling the context) when run() returns, and a context
+  // destroyed then is a use after free (TSan: pthread_cond_destroy against
+  // the post). This one outlives the shards' threads.
+  asio::io_context& fresh_ioc() {
+    ioc_.restart();
+    return ioc_;
+  }
+
   // Runs handle() to completion.
   reply call(request req) {
-    asio::io_context ioc;
+    asio::io_context& ioc = fresh_ioc();
     std::optional<reply> out;
     std::exception_ptr failure;
     asio::co_spawn(ioc, router_->handle(std::move(req)), [&](std::exception_ptr e, reply r) {
@@ -90,7 +100,7 @@ class router_harness {
 
   // Pulls one chunk from a stream on a private io_context.
   result<std::string> next(consume_stream& s) {
-    asio::io_context ioc;
+    asio::io_context& ioc = fresh_ioc();
     std::optional<result<std::string>> out;
     std::exception_ptr failure;
     asio::co_spawn(
@@ -116,6 +126,7 @@ class router_harness {
   std::vector<std::unique_ptr<shard>> shards_;
   std::unique_ptr<shard_set> set_;
   std::unique_ptr<router> router_;
+  asio::io_context ioc_;  // fresh_ioc()
 };
 
 inline json body_of(const response& res) {
