@@ -223,8 +223,8 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
     fmt::format_to(it, "onceq_shard_topics{{shard=\"{}\"}} {}\n", s.id, s.topics);
   }
   append_family(out, "onceq_shard_write_stalls_total", "counter",
-                "Writes refused with 429 because the shard's RocksDB stalled writes "
-                "(flushes or compactions behind); the loop never waits for them.");
+                "Writes the shard's loop had to wait for because RocksDB stalled writes "
+                "(flushes or compactions behind).");
   for (const auto& s : shards) {
     fmt::format_to(it, "onceq_shard_write_stalls_total{{shard=\"{}\"}} {}\n", s.id, s.write_stalls);
   }

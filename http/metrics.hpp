@@ -81,7 +81,7 @@ struct shard_gauges {
   std::size_t queue_depth = 0;     // commands posted from other loops, not run yet
   std::size_t topics = 0;          // topics placed on it (DLQs included)
   std::uint64_t iterations = 0;    // loop iterations so far
-  std::uint64_t write_stalls = 0;  // writes refused for a storage write stall (429)
+  std::uint64_t write_stalls = 0;  // writes the loop waited for in a storage write stall
 };
 // onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics and
 // onceq_shard_loop_iterations_total, one series per shard.

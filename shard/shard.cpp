@@ -51,9 +51,9 @@ bool shard::on_loop() const noexcept {
 
 void shard::start() {
   if (started_.exchange(true)) return;
-  // From here on the store is written from the loop: a write stall is
-  // refused (429), not waited for.
-  store_.refuse_stalled_writes();
+  // From here on the store is written from the loop: count the writes it
+  // had to wait for (onceq_shard_write_stalls_total).
+  store_.watch_write_stalls();
   thread_ = std::thread([this] {
     // For top -H, perf, gdb.
     pthread_setname_np(pthread_self(), fmt::format("onceq-shard-{}", id_).substr(0, 15).c_str());

@@ -127,7 +127,7 @@ class shard {
 
   // The store's WAL sync statistics (store::wal_sync_stats), for metrics.
   std::optional<storage::sync_stats> wal_sync_stats() const { return store_.wal_sync_stats(); }
-  // Writes the store refused for a write stall (store::refuse_stalled_writes).
+  // Writes the loop waited for in a storage write stall (store::watch_write_stalls).
   std::uint64_t write_stalls() const { return store_.write_stalls(); }
 
   // Loop iterations so far and those that ended with a sync (metrics).

@@ -94,15 +94,14 @@ class store {
   // store without a write-ahead log (this default). Never touches the disk.
   virtual std::optional<sync_stats> wal_sync_stats() const { return std::nullopt; }
 
-  // From now on, a write that the store would have to slow down or stop
-  // for (RocksDB's write stall: flushes or compactions behind) is refused
-  // at once with errc::resource_exhausted and a retry_after_ms, applying
-  // nothing, instead of blocking the caller: a shard's loop must not wait
-  // for the disk. Not a fault: the next write may go in. Called by the
-  // shard when its loop starts (recovery before it may block). Default:
-  // nothing (a store that never stalls).
-  virtual void refuse_stalled_writes() {}
-  // Writes refused that way so far (for metrics). Any thread.
+  // From now on, count the writes that the store had to slow down or stop
+  // for (RocksDB's write stall: flushes or compactions behind): each is
+  // first tried without waiting, and only a stalled one waits, counted.
+  // Called by the shard when its loop starts: the count is how often the
+  // loop waited for the disk on a write. Default: nothing (a store that
+  // never stalls).
+  virtual void watch_write_stalls() {}
+  // Writes that stalled so far (for metrics). Any thread.
   virtual std::uint64_t write_stalls() const { return 0; }
 };
 

@@ -50,9 +50,6 @@ constexpr millis k_max_interval_ms = 60'000;
 // space every 5 s, so a client retrying after a second sees the store back
 // soon after the fault cleared without hammering it before.
 constexpr millis k_fault_retry_after_ms = 1'000;
-// The retry hint on a write refused for a write stall: a flush of a 16 MiB
-// memtable takes a few tens of ms here.
-constexpr millis k_stall_retry_after_ms = 100;
 
 // Written, synced and removed by resume() before reopening the database, so
 // that a fault that has not cleared (read-only, still full, EIO) does not
@@ -336,8 +333,8 @@ struct rocksdb_store::impl {
   // close and reopen db_. Guards synced_writes_.
   std::mutex db_mu_;
   std::uint64_t synced_writes_ = 0;
-  std::atomic<bool> refuse_stalls_{false};      // refuse_stalled_writes()
-  std::atomic<std::uint64_t> write_stalls_{0};  // writes refused for a stall
+  std::atomic<bool> watch_stalls_{false};       // watch_write_stalls()
+  std::atomic<std::uint64_t> write_stalls_{0};  // writes that stalled
   bool sync_failed_ = false;                    // a SyncWAL failed; cleared by resume() (db_mu_)
 
   rocksdb::ColumnFamilyHandle* cf(column c) const { return cfs_[static_cast<int>(c)]; }
@@ -733,17 +730,16 @@ result<void> rocksdb_store::write(const batch& b) {
     rocksdb::WriteOptions wo;
     wo.sync = false;  // durability comes from the syncer's SyncWAL (group commit)
     wo.disableWAL = false;
-    wo.no_slowdown = p_->refuse_stalls_.load(std::memory_order_relaxed);
-    const rocksdb::Status s = p_->db_->Write(wo, &wb);
+    wo.no_slowdown = p_->watch_stalls_.load(std::memory_order_relaxed);
+    rocksdb::Status s = p_->db_->Write(wo, &wb);
     if (wo.no_slowdown && s.IsIncomplete()) {
-      // A write stall: RocksDB applied nothing and would have made us wait
-      // (docs/OPERATIONS.md, "Storage faults").
+      // A write stall: RocksDB applied nothing. Counted, then written the
+      // way RocksDB paces it (refusing it instead turned RocksDB's routine
+      // slowdowns into client errors under a bulk load: docs/BENCHMARKS.md,
+      // "Write stalls").
       p_->write_stalls_.fetch_add(1, std::memory_order_relaxed);
-      error e =
-          make_error(errc::resource_exhausted,
-                     "storage is catching up (flushes or compactions are behind); retry later");
-      e.retry_after_ms = k_stall_retry_after_ms;
-      return e;
+      wo.no_slowdown = false;
+      s = p_->db_->Write(wo, &wb);
     }
     if (!s.ok()) {
       // RocksDB applied nothing of this batch; writes before it stay.
@@ -873,8 +869,8 @@ std::optional<sync_stats> rocksdb_store::wal_sync_stats() const {
   return p_->stats_.snapshot();
 }
 
-void rocksdb_store::refuse_stalled_writes() {
-  p_->refuse_stalls_.store(true, std::memory_order_relaxed);
+void rocksdb_store::watch_write_stalls() {
+  p_->watch_stalls_.store(true, std::memory_order_relaxed);
 }
 
 std::uint64_t rocksdb_store::write_stalls() const {

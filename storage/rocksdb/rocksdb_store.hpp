@@ -88,7 +88,7 @@ class rocksdb_store final : public store {
   // fsync=always; inline answers under interval/none are not counted).
   // Present under every policy (all zeros under none).
   std::optional<sync_stats> wal_sync_stats() const override;
-  void refuse_stalled_writes() override;
+  void watch_write_stalls() override;
   std::uint64_t write_stalls() const override;
   // For tests: stops (and starts again) RocksDB's flushes and compactions,
   // so that full memtables make writes stall.
