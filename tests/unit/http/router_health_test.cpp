@@ -71,5 +71,36 @@ TEST_F(RouterHealthTest, MetricsShowWhetherTheStoreIsWritable) {
   EXPECT_NE(down.body().find("\nonceq_storage_writable 0\n"), std::string::npos) << down.body();
 }
 
+// Two shards, a topic on each; shard 0's store fails its writes. Its topic
+// answers 503, the other shard's topic goes on, and healthz names shard 0.
+TEST(RouterShardFaultTest, AFaultInOneShardAnswers503ForItsTopicsOnly) {
+  storage::memory_store shard0_store;
+  router_harness h{test_options(), &shard0_store, 2};
+  ASSERT_EQ(h.post("/v1/topics", {{"name", "a"}}).result_int(), 201);
+  ASSERT_EQ(h.post("/v1/topics", {{"name", "b"}}).result_int(), 201);
+  shard0_store.fail_writes(true);
+
+  int failed = 0, produced = 0;
+  for (const char* topic : {"a", "b"}) {
+    auto res = h.post("/v1/produce", {{"topic", topic}, {"value", "v"}});
+    if (res.result_int() == 503) ++failed;
+    if (res.result_int() == 200) ++produced;
+  }
+  EXPECT_EQ(failed, 1);    // the topic on shard 0
+  EXPECT_EQ(produced, 1);  // the topic on shard 1
+
+  auto health = h.get("/v1/healthz");
+  EXPECT_EQ(health.result_int(), 503);
+  auto body = body_of(health);
+  ASSERT_EQ(body["shards"].size(), 1u) << body;
+  EXPECT_EQ(body["shards"][0]["shard"], 0) << body;
+  EXPECT_NE(body["reason"].get<std::string>().find("shard 0: storage is not writable"),
+            std::string::npos)
+      << body;
+  auto metrics = h.get("/metrics").body();
+  EXPECT_NE(metrics.find("onceq_shard_writable{shard=\"0\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("onceq_shard_writable{shard=\"1\"} 1\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace onceq::http
