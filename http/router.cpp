@@ -346,19 +346,11 @@ reply ndjson_reply(std::string body) {
 // ---- the common shape of a topic command -----------------------------------
 
 // read the parameters -> parse them into a command -> may the token use
-// its topic? -> run it on the topic's shard -> render the answer. Route
-// supplies the four steps (the *_route structs below); the routes with a
-// shape of their own (produce's batch answers, consume's long-poll and
-// stream, ack's single-or-batch, create's placement) keep their handlers.
-namespace {
-template <class R>
-struct result_value;  // result<T> -> T
-template <class T>
-struct result_value<result<T>> {
-  using type = T;
-};
-}  // namespace
-
+// its topic? -> submit it to the topic's shard (shard/commands.hpp says
+// what it answers) -> render the answer. Route supplies parse, topic and
+// render (the *_route structs below); the routes with a shape of their own
+// (produce's batch answers, consume's long-poll and stream, ack's
+// single-or-batch, create's placement) keep their handlers.
 template <class Route>
 asio::awaitable<reply> router::topic_command(call& c) {
   auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
@@ -367,13 +359,11 @@ asio::awaitable<reply> router::topic_command(call& c) {
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
   const std::string topic = Route::topic(*cmd);
   if (auto denied = deny_topic(c, topic)) co_return error_reply(*denied, c);
-  using value = typename result_value<decltype(Route::run(std::declval<broker&>(), *cmd))>::type;
-  auto r_op = async_execute<value>(
-      route(c, topic), [cmd = std::move(*cmd)](broker& b) { return Route::run(b, cmd); },
-      use_awaitable);
+  using answer = typename command<std::decay_t<decltype(*cmd)>>::reply;
+  auto r_op = async_submit(route(c, topic), std::move(*cmd), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
-  if constexpr (std::is_void_v<value>) {
+  if constexpr (std::is_void_v<answer>) {
     co_return Route::render();
   } else {
     co_return Route::render(*r);
@@ -385,14 +375,12 @@ namespace {
 struct nack_route {
   static result<nack_cmd> parse(const params& p) { return parse_nack(p); }
   static const std::string& topic(const nack_cmd& c) { return c.ref.topic; }
-  static result<void> run(broker& b, const nack_cmd& c) { return b.nack(c); }
   static reply render() { return no_content(); }
 };
 
 struct extend_route {
   static result<extend_cmd> parse(const params& p) { return parse_extend(p); }
   static const std::string& topic(const extend_cmd& c) { return c.ref.topic; }
-  static result<millis> run(broker& b, const extend_cmd& c) { return b.extend(c); }
   static reply render(millis expires) {
     return json_reply(status::ok, {{"lease_expires_at_ms", expires}});
   }
@@ -401,16 +389,12 @@ struct extend_route {
 struct key_history_route {
   static result<key_query> parse(const params& p) { return parse_key_history_query(p); }
   static const std::string& topic(const key_query& q) { return q.topic; }
-  static result<onceq::key_history> run(broker& b, const key_query& q) {
-    return b.get_key_history(q);
-  }
   static reply render(const onceq::key_history& h) { return json_reply(status::ok, to_json(h)); }
 };
 
 struct redrive_route {
   static result<redrive_cmd> parse(const params& p) { return parse_redrive(p); }
   static const std::string& topic(const redrive_cmd& c) { return c.topic; }
-  static result<std::int64_t> run(broker& b, const redrive_cmd& c) { return b.redrive(c); }
   static reply render(std::int64_t moved) { return json_reply(status::ok, {{"moved", moved}}); }
 };
 
@@ -519,9 +503,7 @@ asio::awaitable<reply> router::produce(call& c) {
   if (auto denied = deny_topic(c, pr->cmd.topic)) co_return error_reply(*denied, c);
   const bool batch = pr->batch;
   std::string topic = pr->cmd.topic;
-  auto r_op = async_execute<produce_reply>(
-      route(c, topic), [cmd = std::move(pr->cmd)](broker& b) { return b.produce(cmd); },
-      use_awaitable);
+  auto r_op = async_submit(route(c, topic), std::move(pr->cmd), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(topic_param_error(std::move(r).err()), c);
   if (r->results.empty()) {
@@ -587,17 +569,13 @@ asio::awaitable<reply> router::ack(call& c) {
   if (auto denied = deny_topic(c, ack_topic)) co_return error_reply(*denied, c);
   if (auto* single = std::get_if<ack_cmd>(&*ar)) {
     shard& owner = route(c, ack_topic);
-    auto r_op = async_execute<void>(
-        owner, [cmd = std::move(*single)](broker& b) { return b.ack(cmd); }, use_awaitable);
+    auto r_op = async_submit(owner, std::move(*single), use_awaitable);
     auto r = co_await std::move(r_op);
     if (!r.ok()) co_return error_reply(r.err(), c);
     co_return no_content();
   }
   shard& owner = route(c, ack_topic);
-  auto r_op = async_execute<std::vector<ack_outcome>>(
-      owner,
-      [cmd = std::move(std::get<ack_batch_cmd>(*ar))](broker& b) { return b.ack_batch(cmd); },
-      use_awaitable);
+  auto r_op = async_submit(owner, std::move(std::get<ack_batch_cmd>(*ar)), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_text_reply(status::ok, ack_outcomes_json(*r));

@@ -61,6 +61,17 @@ auto async_execute(shard& r, std::function<result<T>(broker&)> fn, Token&& token
       std::forward<Token>(token));
 }
 
+// shard::submit: the command itself crosses, typed (shard/commands.hpp).
+template <class Cmd, class Token>
+auto async_submit(shard& r, Cmd cmd, Token&& token) {
+  using reply = typename command<Cmd>::reply;
+  return async_bridge<result<reply>>(
+      [&r, cmd = std::move(cmd)](std::function<void(result<reply>)> done) mutable {
+        r.submit(std::move(cmd), std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
 // shard::consume with a long-poll of up to wait_ms.
 template <class Token>
 auto async_consume(shard& r, consume_cmd cmd, millis wait_ms, Token&& token) {

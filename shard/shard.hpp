@@ -35,6 +35,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "broker/broker.hpp"
+#include "shard/commands.hpp"
 
 namespace onceq {
 
@@ -88,6 +89,14 @@ class shard {
                               [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
         },
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+  }
+
+  // Runs the command on the loop (shard/commands.hpp) and calls done with
+  // its answer after the writes it made are durable, as execute.
+  template <class Cmd>
+  void submit(Cmd cmd, std::function<void(result<typename command<Cmd>::reply>)> done) {
+    execute<typename command<Cmd>::reply>(
+        [cmd = std::move(cmd)](broker& b) { return command<Cmd>::run(b, cmd); }, std::move(done));
   }
 
   // consume, and if nothing is available and wait_ms > 0, park until the
