@@ -117,6 +117,7 @@ const router::route_def router::k_routes[] = {
     {verb::get, "/v1/keys", &router::keys, true, scope::consume},
     {verb::get, "/v1/keys/history", &router::key_history, true, scope::consume},
     {verb::post, "/v1/dlq/redrive", &router::redrive, true, scope::admin},
+    {verb::post, "/v1/replay", &router::replay, true, scope::admin},
     {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
     // Public like healthz: the page and the spec hold no data; the page's
     // own API calls carry the token (docs/UI.md).
@@ -588,6 +589,20 @@ asio::awaitable<reply> router::redrive(call& c) {
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::ok, {{"moved", *r}});
+}
+
+asio::awaitable<reply> router::replay(call& c) {
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto rc = parse_replay(*p);
+  if (!rc.ok()) co_return error_reply(rc.err(), c);
+  if (auto denied = deny_topic(c, rc->topic)) co_return error_reply(*denied, c);
+  shard& owner = route(c, rc->topic);
+  auto r_op = async_execute<replay_reply>(
+      owner, [cmd = std::move(*rc)](broker& b) { return b.replay(cmd); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
 }
 
 asio::awaitable<reply> router::prometheus(call& c) {

@@ -143,6 +143,7 @@ class router {
   asio::awaitable<reply> keys(call& c);
   asio::awaitable<reply> key_history(call& c);
   asio::awaitable<reply> redrive(call& c);
+  asio::awaitable<reply> replay(call& c);
   asio::awaitable<reply> prometheus(call& c);
   asio::awaitable<reply> ui(call& c);
   asio::awaitable<reply> openapi(call& c);
