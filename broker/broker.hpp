@@ -77,6 +77,12 @@ class broker {
   // errc::failed_precondition otherwise). Read only.
   result<key_history> get_key_history(const key_query& q);
   result<std::int64_t> redrive(const redrive_cmd& cmd);  // messages moved
+  // A page of cmd's range as cmd.group sees it; unless cmd.dry_run, its
+  // would_deliver messages become pending again for the group (attempts 0,
+  // last_error "replay"), in one txn. errc::not_found for an unknown topic or
+  // group, errc::invalid_argument for a bad range. A dry run only reads (it
+  // works while the store refuses writes).
+  result<replay_reply> replay(const replay_cmd& cmd);
 
   // Processes everything due at clock.now(): lease expiries, delayed and
   // backed-off messages becoming ready, retention. Cheap when nothing is due.

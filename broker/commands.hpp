@@ -5,6 +5,7 @@
 // are the API's types, not the disk records (storage/schema.hpp): the broker
 // converts between them (broker/records.hpp), so either can change alone.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -48,6 +49,11 @@ struct topic_settings {
   enum class conflict : std::uint8_t { hold = 0, supersede = 1 };
   conflict key_conflict = conflict::hold;
   bool key_history = false;  // Default: false (GET /v1/keys/history)
+  // How long a message every group has acked (or dead-lettered) is kept
+  // after that, so that POST /v1/replay can hand it back; retention_ms still
+  // caps its age. Costs the disk of every message acked in the window.
+  // Default: 0 = acked messages are deleted at the next retention run.
+  millis replay_window_ms = 0;
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -257,7 +263,8 @@ struct key_event {
     produce_duplicate,
     produce_committed,
     superseded,
-    failed
+    failed,
+    replayed
   };
   kind what = kind::leased;
   millis at_ms = 0;
@@ -277,6 +284,63 @@ struct key_history {
 struct redrive_cmd {
   std::string topic;  // the original topic; messages come from dlq.<topic>
   std::optional<std::int64_t> max_messages;
+};
+
+// POST /v1/replay: a range of a topic's messages, as one group sees them
+// (dry run), or handed back to that group (docs/API.md, "Replay").
+struct replay_position {
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  friend bool operator==(const replay_position&, const replay_position&) = default;
+};
+
+struct replay_cmd {
+  std::string topic;
+  std::string group;
+  // The range, one of two forms: produce time [from_ms, to_ms) over every
+  // partition (or only `partition`), or offsets [from_offset, to_offset) of
+  // `partition`.
+  std::optional<millis> from_ms;
+  std::optional<millis> to_ms;
+  std::optional<std::int64_t> from_offset;
+  std::optional<std::int64_t> to_offset;
+  std::optional<std::int64_t> partition;
+  bool dry_run = true;               // Default: true: change nothing, answer the diff
+  std::int64_t max_messages = 1000;  // Default: 1000 (1..1000) messages per page
+  // Where the previous page stopped (its `next`); the range is the same.
+  std::optional<replay_position> cursor;
+};
+
+// What a replay would do (or did) to one message, for the group.
+enum class replay_outcome : std::uint8_t {
+  already_committed = 0,  // its key is committed in the group: stays done
+  would_deliver = 1,      // acked without a committed key: a replay runs it again
+  in_flight = 2,          // leased now
+  pending = 3,            // not delivered yet, or waiting for a retry
+  dead_lettered = 4,
+  superseded = 5,
+  gone = 6,  // removed by retention
+};
+inline constexpr std::size_t k_replay_outcomes = 7;
+
+struct replay_item {
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  replay_outcome outcome = replay_outcome::gone;
+  std::string idempotency_key;  // "" if none (or gone)
+  std::string tenant_id;
+  millis produced_at_ms = 0;               // 0: gone
+  std::int64_t attempts = 0;               // the group's deliveries of it so far
+  std::string owner;                       // in_flight: the lease holder
+  std::optional<committed_key> committed;  // already_committed: result, time, owner
+};
+
+struct replay_reply {
+  bool dry_run = true;
+  std::vector<replay_item> messages;                       // in partition, then offset order
+  std::array<std::uint64_t, k_replay_outcomes> summary{};  // per outcome, this page
+  std::uint64_t replayed = 0;                              // made pending again (0 in a dry run)
+  std::optional<replay_position> next;                     // more of the range: pass back as cursor
 };
 
 // Counters since start, per topic and group (for /metrics and GET topic).

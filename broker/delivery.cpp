@@ -22,12 +22,6 @@ millis backoff_of(const topic& t, const open_delivery& d) {
                      d.max_backoff_ms >= 0 ? d.max_backoff_ms : t.rec.settings.max_backoff_ms);
 }
 
-std::string scope_of(const topic& t, const group_state& g, const st::message_record& m) {
-  return m.idempotency_key.empty()
-             ? std::string()
-             : st::keys::idem_key(t.rec.id, g.id, m.tenant_id, m.idempotency_key);
-}
-
 // One consume being planned: what it has taken so far, without touching the
 // group (the group changes when the txn commits).
 class consume_planner {
@@ -145,7 +139,7 @@ class consume_planner {
       });
       return false;
     }
-    if (!d.scope.empty() && t_.rec.settings.key_conflict == k_supersede) {
+    if (!d.scope.empty() && supersedes(t_)) {
       auto r = superseded(pos, d, fresh);
       if (!r.ok() || *r) return r.ok() ? result<bool>(false) : std::move(r).err();
     }
@@ -164,9 +158,18 @@ class consume_planner {
       auto k = key_table::live(c_.store, d.scope, now_);
       if (k.ok() && k->state == st::key_state::committed) {
         // Auto-ack: a message whose key is committed is never delivered.
-        if (!fresh)
-          tx_.batch().del(column::deliveries,
-                          st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+        // Under replay_window_ms its end is recorded, so that retention
+        // keeps it for the window like an acked one.
+        const auto at = st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset);
+        if (t_.rec.settings.replay_window_ms > 0) {
+          auto rec = d.record();
+          rec.state = st::delivery_state::acked;
+          rec.owner.clear();  // nobody's ack: a lapsed owner's late ack stays refused
+          rec.ended_at_ms = now_;
+          tx_.batch().put(column::deliveries, at, st::encode(rec));
+        } else if (!fresh) {
+          tx_.batch().del(column::deliveries, at);
+        }
         note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
                      st::history_event{st::history_kind::duplicate_auto_acked,
                                        now_,
@@ -235,13 +238,8 @@ class consume_planner {
   // when a newer message with its key was stored (keys::latest_of). True if
   // it was.
   result<bool> superseded(position pos, const open_delivery& d, bool fresh) {
-    auto v = c_.store.get(column::keys, st::keys::latest_of(d.scope));
-    if (!v.ok()) return v.code() == errc::not_found ? result<bool>(false) : std::move(v).err();
-    auto l = st::decode_latest(*v);
-    if (!l.ok()) return std::move(l).err();
-    if ((l->expires_at_ms != 0 && l->expires_at_ms <= now_) ||
-        (l->partition == pos.partition && l->offset == pos.offset))
-      return false;
+    auto newer = newer_with_key(c_, d.scope, pos, now_);
+    if (!newer.ok() || !*newer) return newer;
     if (!fresh)
       tx_.batch().del(column::deliveries,
                       st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
@@ -263,9 +261,6 @@ class consume_planner {
     });
     return true;
   }
-
-  static constexpr auto k_supersede =
-      static_cast<std::uint8_t>(topic_settings::conflict::supersede);
 
   core& c_;
   topic& t_;
@@ -301,7 +296,10 @@ result<void> dead_letter(core& c, topic& t, group_state& g, position pos, open_d
     });
   }
   d.state = st::delivery_state::dead;
-  put_delivery(tx, t, g, pos, d);
+  auto rec = d.record();
+  rec.ended_at_ms = now;
+  tx.batch().put(column::deliveries, st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset),
+                 st::encode(rec));
   return {};
 }
 
@@ -405,6 +403,26 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
     if (ready) c.ready_topics.insert(tp->rec.name);
   });
   return {};
+}
+
+std::string scope_of(const topic& t, const group_state& g, const st::message_record& m) {
+  return m.idempotency_key.empty()
+             ? std::string()
+             : st::keys::idem_key(t.rec.id, g.id, m.tenant_id, m.idempotency_key);
+}
+
+bool supersedes(const topic& t) {
+  return t.rec.settings.key_conflict ==
+         static_cast<std::uint8_t>(topic_settings::conflict::supersede);
+}
+
+result<bool> newer_with_key(core& c, const std::string& scope, position pos, millis now) {
+  auto v = c.store.get(column::keys, st::keys::latest_of(scope));
+  if (!v.ok()) return v.code() == errc::not_found ? result<bool>(false) : std::move(v).err();
+  auto l = st::decode_latest(*v);
+  if (!l.ok()) return std::move(l).err();
+  if (l->expires_at_ms != 0 && l->expires_at_ms <= now) return false;
+  return position{l->partition, l->offset} != pos;
 }
 
 void drop_open(core& c, topic& t, group_state& g, position pos, millis now) {

@@ -48,6 +48,16 @@ error reject_stale(group_state& g, txn& tx, std::string message);
 result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_delivery d,
                           std::optional<millis> delay, bool nacked, millis now, txn& tx);
 
+// The storage key (keys::idem_key) of m's idempotency key in g; "" if m
+// has none.
+std::string scope_of(const topic& t, const group_state& g, const storage::message_record& m);
+
+// Whether t's key_conflict is supersede.
+bool supersedes(const topic& t);
+// Under key_conflict supersede: whether a message newer than the one at pos
+// was stored with the key at scope (keys::latest_of, not expired). One read.
+result<bool> newer_with_key(core& c, const std::string& scope, position pos, millis now);
+
 // Ends the open delivery at pos whose message is gone (retention, redrive):
 // no longer in flight, its key free again. Memory only: call from an effect.
 void drop_open(core& c, topic& t, group_state& g, position pos, millis now);

@@ -20,6 +20,7 @@ storage::topic_settings to_record(const topic_settings& s) {
   r.dedup_by_content = s.dedup_by_content;
   r.key_conflict = static_cast<std::uint8_t>(s.key_conflict);
   r.key_history = s.key_history;
+  r.replay_window_ms = s.replay_window_ms;
   return r;
 }
 
@@ -42,6 +43,7 @@ topic_settings to_api(const storage::topic_settings& r) {
   s.key_conflict =
       r.key_conflict == 1 ? topic_settings::conflict::supersede : topic_settings::conflict::hold;
   s.key_history = r.key_history;
+  s.replay_window_ms = r.replay_window_ms;
   return s;
 }
 

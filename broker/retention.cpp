@@ -41,6 +41,41 @@ void truncate(core& c, topic& t, std::uint32_t p, std::uint64_t upto, millis now
   });
 }
 
+namespace {
+
+// Under replay_window_ms: the first offset in [from, upto) of t's partition
+// p that some group ended (acked, auto-acked, dead-lettered) less than the
+// window ago, or upto. Ends are in offset order nearly always, so each
+// group's scan stops at its first record in steady state. A failed read
+// keeps everything for the next run.
+std::uint64_t kept_from(core& c, const topic& t, std::uint32_t p, std::uint64_t from,
+                        std::uint64_t upto, millis now) {
+  const millis window = t.rec.settings.replay_window_ms;
+  for (const auto& [name, g] : t.groups) {
+    if (upto <= from) break;
+    std::uint64_t first = upto;
+    bool bad = false;
+    auto scanned = c.store.scan(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, from),
+                                st::keys::delivery(t.rec.id, g->id, p, upto),
+                                [&](std::string_view k, std::string_view v) {
+                                  auto d = st::decode_delivery(v);
+                                  auto dk = st::keys::parse_delivery(k);
+                                  if (!d.ok() || !dk.ok()) {
+                                    bad = true;
+                                    return false;
+                                  }
+                                  if (d->ended_at_ms + window <= now) return true;
+                                  first = dk->offset;
+                                  return false;
+                                });
+    if (!scanned.ok() || bad) return from;
+    upto = first;
+  }
+  return upto;
+}
+
+}  // namespace
+
 void run_retention(core& c, millis now) {
   if (!c.store.health().writable) return;
   txn tx;
@@ -52,6 +87,8 @@ void run_retention(core& c, millis now) {
       if (!t.groups.empty()) {
         std::uint64_t low = part.next;
         for (auto& [gn, g] : t.groups) low = std::min(low, g->parts[p].low_water());
+        if (t.rec.settings.replay_window_ms > 0)
+          low = kept_from(c, t, p, part.start, std::min(low, part.start + k_retention_batch), now);
         upto = std::max(upto, low);
       }
       // Older than retention_ms, acked or not.

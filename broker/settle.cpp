@@ -120,6 +120,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       // Kept (until retention) so that the same owner's repeated ack is a no-op.
       auto rec = d.record();
       rec.state = st::delivery_state::acked;
+      rec.ended_at_ms = now;
       tx.batch().put(column::deliveries,
                      st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
                      st::encode(rec));

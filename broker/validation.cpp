@@ -69,6 +69,7 @@ result<void> validate_settings(const topic_settings& s) {
   ONCEQ_TRY(validate_range("max_backlog_messages", s.max_backlog_messages, 0, k_max));
   ONCEQ_TRY(validate_range("max_backlog_bytes", s.max_backlog_bytes, 0, k_max));
   ONCEQ_TRY(validate_range("max_inflight", s.max_inflight, 0, k_max));
+  ONCEQ_TRY(validate_range("replay_window_ms", s.replay_window_ms, 0, k_max));
   ONCEQ_TRY(validate_key_fields(s.idempotency_key_fields));
   if (s.key_conflict != topic_settings::conflict::hold &&
       s.key_conflict != topic_settings::conflict::supersede)

@@ -17,7 +17,7 @@
 //
 // One file a resource, each with the request it reads and the replies it
 // writes: http/codec/topics, produce, consume, ack (with nack and extend),
-// keys, dlq (redrive, envelope.dlq); http/codec/inspector (the broker's
+// keys, dlq (redrive, envelope.dlq), replay; http/codec/inspector (the broker's
 // message inspector); http/codec/common (the limits checked, dump). The
 // readers they share are http/codec/detail.hpp, private to http/codec/.
 
@@ -30,6 +30,7 @@
 #include "http/codec/inspector.hpp"
 #include "http/codec/keys.hpp"
 #include "http/codec/produce.hpp"
+#include "http/codec/replay.hpp"
 #include "http/codec/topics.hpp"
 #include "http/json_write.hpp"
 #include "http/params.hpp"

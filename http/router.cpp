@@ -107,6 +107,7 @@ struct nack_route;
 struct extend_route;
 struct key_history_route;
 struct redrive_route;
+struct replay_route;
 }  // namespace
 
 const router::route_def router::k_routes[] = {
@@ -126,6 +127,7 @@ const router::route_def router::k_routes[] = {
     {verb::get, "/v1/keys/history", &router::topic_command<key_history_route>, true,
      scope::consume},
     {verb::post, "/v1/dlq/redrive", &router::topic_command<redrive_route>, true, scope::admin},
+    {verb::post, "/v1/replay", &router::topic_command<replay_route>, true, scope::admin},
     {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
     // Public like healthz: the page and the spec hold no data; the page's
     // own API calls carry the token (docs/UI.md).
@@ -396,6 +398,12 @@ struct redrive_route {
   static result<redrive_cmd> parse(const params& p) { return parse_redrive(p); }
   static const std::string& topic(const redrive_cmd& c) { return c.topic; }
   static reply render(std::int64_t moved) { return json_reply(status::ok, {{"moved", moved}}); }
+};
+
+struct replay_route {
+  static result<replay_cmd> parse(const params& p) { return parse_replay(p); }
+  static const std::string& topic(const replay_cmd& c) { return c.topic; }
+  static reply render(const replay_reply& r) { return json_reply(status::ok, to_json(r)); }
 };
 
 }  // namespace

@@ -139,7 +139,7 @@ class router {
   asio::awaitable<reply> consume(call& c);
   asio::awaitable<reply> ack(call& c);
   asio::awaitable<reply> keys(call& c);
-  // nack, extend, key history, redrive: one shape (router.cpp).
+  // nack, extend, key history, redrive, replay: one shape (router.cpp).
   template <class Route>
   asio::awaitable<reply> topic_command(call& c);
   asio::awaitable<reply> prometheus(call& c);

@@ -60,4 +60,10 @@ struct command<key_query> {  // a key's history (GET /v1/keys/history)
   static result<reply> run(broker& b, const key_query& q) { return b.get_key_history(q); }
 };
 
+template <>
+struct command<replay_cmd> {  // POST /v1/replay: a dry run, or one page re-delivered
+  using reply = replay_reply;
+  static result<reply> run(broker& b, const replay_cmd& c) { return b.replay(c); }
+};
+
 }  // namespace onceq

@@ -9,10 +9,11 @@ constexpr std::uint8_t k_format_version = 1;
 // Topic records with the backpressure settings (max_backlog_*, max_inflight)
 // are version 2; version 1 records (written before) decode with defaults.
 // Version 3 adds the idempotency settings (key fields, conflict policy,
-// history).
-constexpr std::uint8_t k_topic_version = 3;
-// Delivery and key records with a fencing token are version 2.
-constexpr std::uint8_t k_delivery_version = 2;
+// history), version 4 replay_window_ms.
+constexpr std::uint8_t k_topic_version = 4;
+// Delivery and key records with a fencing token are version 2; delivery
+// records with ended_at_ms (for replay_window_ms) are version 3.
+constexpr std::uint8_t k_delivery_version = 3;
 constexpr std::uint8_t k_key_version = 2;
 
 void put_be32(std::string& out, std::uint32_t v) {
@@ -329,6 +330,8 @@ std::string encode(const topic_record& r) {
   w.byte(s.dedup_by_content ? 1 : 0);
   w.byte(s.key_conflict);
   w.byte(s.key_history ? 1 : 0);
+  // Version 4.
+  w.svarint(s.replay_window_ms);
   return w.take();
 }
 
@@ -360,6 +363,7 @@ result<topic_record> decode_topic(std::string_view v) {
     s.dedup_by_content = content != 0;
     s.key_history = history != 0;
   }
+  if (version >= 4 && !r.svarint(s.replay_window_ms)) return corrupt("topic");
   return t;
 }
 
@@ -438,6 +442,7 @@ std::string encode(const delivery_record& r) {
   w.svarint(r.not_before_ms);
   w.str(r.last_error);
   w.varint(r.fencing_token);
+  w.svarint(r.ended_at_ms);
   return w.take();
 }
 
@@ -450,6 +455,7 @@ result<delivery_record> decode_delivery(std::string_view v) {
         r.svarint(d.not_before_ms) && r.str(d.last_error)))
     return corrupt("delivery");
   if (version >= 2 && !r.varint(d.fencing_token)) return corrupt("delivery");
+  if (version >= 3 && !r.svarint(d.ended_at_ms)) return corrupt("delivery");
   d.state = static_cast<delivery_state>(st);
   return d;
 }
@@ -545,7 +551,7 @@ result<history_record> decode_history(std::string_view v) {
   h.events.resize(n);
   for (auto& e : h.events) {
     std::uint8_t kind = 0;
-    if (!(r.byte(kind) && kind >= 1 && kind <= 9 && r.svarint(e.at_ms) && r.str(e.owner) &&
+    if (!(r.byte(kind) && kind >= 1 && kind <= 10 && r.svarint(e.at_ms) && r.str(e.owner) &&
           r.uvar(e.partition) && r.uvar(e.offset) && r.svarint(e.attempts) &&
           r.varint(e.fencing_token) && r.str(e.reason) && r.varint(e.result_bytes)))
       return corrupt("history");

@@ -46,6 +46,8 @@ struct topic_settings {
   bool dedup_by_content = false;
   std::uint8_t key_conflict = 0;  // 0 = hold; 1 = supersede
   bool key_history = false;
+  // Version 4.
+  millis replay_window_ms = 0;
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -105,6 +107,10 @@ struct delivery_record {
   // The group's fencing token of this delivery (version 2; 0 in version 1
   // records, written before tokens existed).
   std::uint64_t fencing_token = 0;
+  // When the delivery ended, acked or dead-lettered (version 3; 0 in older
+  // records and in open ones): topics with replay_window_ms keep the message
+  // for that long after it (broker/retention.cpp).
+  millis ended_at_ms = 0;
 };
 
 enum class key_state : std::uint8_t { committed = 1, failed = 2 };
@@ -143,6 +149,7 @@ enum class history_kind : std::uint8_t {
   produce_committed = 7,     // a produce answered already_committed
   superseded = 8,            // a waiting message replaced by a newer one
   failed = 9,                // attempts used up: dead-lettered
+  replayed = 10,             // made pending again by POST /v1/replay
 };
 struct history_event {
   history_kind kind = history_kind::leased;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -308,6 +311,98 @@ void dlq_redrive(api_client& c, const std::string& topic, std::optional<std::int
   if (max) b["max_messages"] = *max;
   auto r = c.call("POST", "/v1/dlq/redrive", &b);
   out << fmt::format("moved {}\n", r.value("moved", std::int64_t{0}));
+}
+
+std::int64_t epoch_ms_of(const std::string& text, const char* flag) {
+  auto bad = [&] {
+    return cli_error(exit_code::usage, fmt::format("{} must be epoch milliseconds or RFC 3339 "
+                                                   "(2026-11-24T14:00:00Z), got '{}'",
+                                                   flag, text));
+  };
+  if (!text.empty() &&
+      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    try {
+      return std::stoll(text);
+    } catch (const std::exception&) {
+      throw bad();
+    }
+  }
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) !=
+          6 ||
+      used != 19)
+    throw bad();
+  std::string_view rest(text);
+  rest.remove_prefix(19);
+  std::int64_t ms = 0;
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    int digits = 0;
+    while (!rest.empty() && rest.front() >= '0' && rest.front() <= '9') {
+      if (digits++ < 3) ms = ms * 10 + (rest.front() - '0');
+      rest.remove_prefix(1);
+    }
+    if (digits == 0) throw bad();
+    for (; digits < 3; ++digits) ms *= 10;
+  }
+  std::int64_t offset_min = 0;
+  if (rest == "Z" || rest == "z") {
+  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
+    int oh = 0, om = 0;
+    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &oh, &om) != 2) throw bad();
+    offset_min = (rest[0] == '-' ? -1 : 1) * (oh * 60 + om);
+  } else {
+    throw bad();
+  }
+  using namespace std::chrono;
+  const year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)},
+                           day{static_cast<unsigned>(d)}};
+  if (!ymd.ok() || h > 23 || mi > 59 || sec > 60) throw bad();
+  const auto days = sys_days{ymd}.time_since_epoch().count();
+  return ((days * 24 + h) * 60 + mi - offset_min) * 60'000 + sec * 1000 + ms;
+}
+
+void replay(api_client& c, const replay_options& o, std::ostream& out) {
+  json b = {{"topic", o.topic}, {"group", o.group}, {"dry_run", !o.apply}};
+  if (o.from) b["from_ms"] = epoch_ms_of(*o.from, "--from");
+  if (o.to) b["to_ms"] = epoch_ms_of(*o.to, "--to");
+  if (o.partition) b["partition"] = *o.partition;
+  if (o.from_offset) b["from_offset"] = *o.from_offset;
+  if (o.to_offset) b["to_offset"] = *o.to_offset;
+  if (o.page) b["max_messages"] = *o.page;
+  static constexpr const char* k_outcomes[] = {
+      "already_committed", "would_deliver", "in_flight", "pending",
+      "dead_lettered",     "superseded",    "gone"};
+  std::map<std::string, std::int64_t> totals;
+  std::int64_t replayed = 0;
+  text_table table(
+      {"PARTITION", "OFFSET", "OUTCOME", "KEY", "ATTEMPTS", "OWNER", "COMMITTED_AT", "RESULT"});
+  for (;;) {
+    if (interrupted()) throw cli_error(exit_code::interrupted, "interrupted");
+    const json r = c.call("POST", "/v1/replay", &b);
+    const json messages = r.value("messages", json::array());
+    const json summary = r.value("summary", json::object());
+    for (const auto& m : messages) {
+      const json res = m.contains("result") ? m["result"] : json();
+      table.add({counter(m, "partition"), counter(m, "offset"), m.value("outcome", "-"),
+                 one_line(m.value("idempotency_key", "-"), 40), counter(m, "attempts"),
+                 m.value("owner", "-"), counter(m, "committed_at_ms"),
+                 res.is_null() ? "-" : one_line(res.dump(), 40)});
+    }
+    for (auto it = summary.begin(); it != summary.end(); ++it)
+      totals[it.key()] += it->get<std::int64_t>();
+    replayed += r.value("replayed", std::int64_t{0});
+    const json next = r.contains("next") ? r["next"] : json();
+    if (!next.is_string()) break;
+    b["cursor"] = next;
+  }
+  table.print(out);
+  std::string line;
+  for (const char* k : k_outcomes)
+    line += fmt::format("{}{} {}", line.empty() ? "" : "  ", k, totals[k]);
+  out << line << '\n';
+  out << (o.apply ? fmt::format("replayed {}\n", replayed)
+                  : std::string("dry run: nothing changed (--apply to replay)\n"));
 }
 
 void stats(api_client& c, const std::string& topic, std::ostream& out) {

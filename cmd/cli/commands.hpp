@@ -97,6 +97,27 @@ void keys_get(api_client& c, const key_options& o, const terminal& t, std::ostre
 void dlq_redrive(api_client& c, const std::string& topic, std::optional<std::int64_t> max,
                  std::ostream& out);
 
+struct replay_options {
+  std::string topic;
+  std::string group;
+  // A time range (epoch ms, or RFC 3339 UTC "2026-11-24T14:00:00Z"), or
+  // partition with an offset range; the server checks the range.
+  std::optional<std::string> from;
+  std::optional<std::string> to;
+  std::optional<std::int64_t> partition;
+  std::optional<std::int64_t> from_offset;
+  std::optional<std::int64_t> to_offset;
+  bool apply = false;                // false: a dry run
+  std::optional<std::int64_t> page;  // max_messages per request
+};
+// Every page of the range (POST /v1/replay, following next): one table row
+// per message, then the totals per outcome (and replayed, with apply).
+void replay(api_client& c, const replay_options& o, std::ostream& out);
+
+// "2026-11-24T14:00:00Z" (or with a fraction, or an offset "+01:00") or
+// epoch ms as text -> epoch ms; cli_error(usage) otherwise.
+std::int64_t epoch_ms_of(const std::string& text, const char* flag);
+
 // One topic, or every topic when topic is empty.
 void stats(api_client& c, const std::string& topic, std::ostream& out);
 

@@ -36,8 +36,9 @@ std::uint64_t stdin_file_size() {
 
 // Flags of a topic's settings: --lease-ms -> "lease_ms".
 constexpr const char* k_topic_settings[] = {
-    "lease_ms",        "max_attempts", "backoff_ms",           "max_backoff_ms",    "key_ttl_ms",
-    "dedup_window_ms", "retention_ms", "max_backlog_messages", "max_backlog_bytes", "max_inflight"};
+    "lease_ms",          "max_attempts",    "backoff_ms",      "max_backoff_ms",
+    "key_ttl_ms",        "dedup_window_ms", "retention_ms",    "max_backlog_messages",
+    "max_backlog_bytes", "max_inflight",    "replay_window_ms"};
 
 std::string flag_of(std::string field) {
   for (auto& ch : field) {
@@ -213,6 +214,35 @@ int main(int argc, char** argv) {
   auto* r_max = redrive->add_option("--max,-n", dlq_max, "at most N messages (default: all)");
   redrive->callback([&] {
     run = [&](api_client& c) { dlq_redrive(c, dlq_topic, given(r_max, dlq_max), std::cout); };
+  });
+
+  // replay
+  replay_options rep;
+  std::string rep_from, rep_to;
+  std::int64_t rep_partition = 0, rep_from_offset = 0, rep_to_offset = 0, rep_page = 0;
+  auto* replay_cmd = app.add_subcommand(
+      "replay",
+      "a range as one group sees it (dry run), or --apply: re-deliver what did not commit");
+  replay_cmd->add_option("topic", rep.topic, "topic")->required();
+  replay_cmd->add_option("--group,-g", rep.group, "consumer group")->required();
+  auto* rp_from = replay_cmd->add_option("--from", rep_from,
+                                         "produce time from (epoch ms or RFC 3339, included)");
+  auto* rp_to =
+      replay_cmd->add_option("--to", rep_to, "produce time to (epoch ms or RFC 3339, excluded)");
+  auto* rp_part = replay_cmd->add_option("--partition,-p", rep_partition, "one partition");
+  auto* rp_from_off =
+      replay_cmd->add_option("--from-offset", rep_from_offset, "offset from (included)");
+  auto* rp_to_off = replay_cmd->add_option("--to-offset", rep_to_offset, "offset to (excluded)");
+  auto* rp_page = replay_cmd->add_option("--page", rep_page, "messages per request (1..1000)");
+  replay_cmd->add_flag("--apply", rep.apply, "replay (default: a dry run that changes nothing)");
+  replay_cmd->callback([&] {
+    rep.from = given(rp_from, rep_from);
+    rep.to = given(rp_to, rep_to);
+    rep.partition = given(rp_part, rep_partition);
+    rep.from_offset = given(rp_from_off, rep_from_offset);
+    rep.to_offset = given(rp_to_off, rep_to_offset);
+    rep.page = given(rp_page, rep_page);
+    run = [&](api_client& c) { replay(c, rep, std::cout); };
   });
 
   // stats

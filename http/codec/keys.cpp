@@ -30,6 +30,8 @@ std::string_view to_string(key_event::kind k) {
       return "superseded";
     case key_event::kind::failed:
       return "failed";
+    case key_event::kind::replayed:
+      return "replayed";
   }
   return "unknown";
 }
@@ -144,6 +146,7 @@ json to_json(const key_history& h) {
       case key_event::kind::produce_duplicate:
       case key_event::kind::duplicate_auto_acked:
       case key_event::kind::superseded:
+      case key_event::kind::replayed:
         j["partition"] = e.partition;
         j["offset"] = e.offset;
         break;

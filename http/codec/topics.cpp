@@ -19,7 +19,7 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
          "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
          "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
          "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
-         "key_conflict", "key_history"},
+         "key_conflict", "key_history", "replay_window_ms"},
         [&](std::size_t i, field& f) {
           switch (i) {
             case 0:
@@ -83,8 +83,11 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
               }
               break;
             }
-            default:
+            case 17:
               s.key_history = f.boolean();
+              break;
+            default:
+              s.replay_window_ms = f.integer(0, k_int_max);
               break;
           }
         });
@@ -114,7 +117,8 @@ json to_json(const topic_settings& s) {
           {"dedup_by_content", s.dedup_by_content},
           {"key_conflict",
            s.key_conflict == topic_settings::conflict::supersede ? "supersede" : "hold"},
-          {"key_history", s.key_history}};
+          {"key_history", s.key_history},
+          {"replay_window_ms", s.replay_window_ms}};
 }
 
 json to_json(const topic_info& t) {

@@ -295,6 +295,42 @@ TEST_F(cli_test, DlqRedriveAndStats) {
   EXPECT_EQ(back[0]["value"], "poison");
 }
 
+TEST_F(cli_test, ReplayPrintsTheDiffAndAppliesOnlyWithApply) {
+  create_topic("t", 1, json{{"replay_window_ms", 3'600'000}});
+  produce("t", "done", std::nullopt, json{{"idempotency_key", "k1"}});
+  produce("t", "no-key");
+  auto got = consume("t", "g", "w", 2, 60'000);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(ack("t", "g", "w", got[0], json{{"n", 1}}).status, 204u);
+  ASSERT_EQ(ack("t", "g", "w", got[1]).status, 204u);
+
+  auto dry =
+      ok({"replay", "t", "-g", "g", "--from", "0", "--to", "2100-01-01T00:00:00Z", "--page", "1"});
+  auto rows = lines(dry.out);
+  ASSERT_EQ(rows.size(), 5u) << dry.out;
+  EXPECT_EQ(rows[0].rfind("PARTITION", 0), 0u);
+  EXPECT_NE(rows[1].find("already_committed"), std::string::npos) << rows[1];
+  EXPECT_NE(rows[1].find(R"({"n":1})"), std::string::npos) << rows[1];
+  EXPECT_NE(rows[2].find("would_deliver"), std::string::npos) << rows[2];
+  EXPECT_EQ(rows[3].rfind("already_committed 1  would_deliver 1  in_flight 0", 0), 0u) << rows[3];
+  EXPECT_EQ(rows[4], "dry run: nothing changed (--apply to replay)");
+  EXPECT_TRUE(consume("t", "g", "w", 10).empty());
+
+  auto applied = ok(
+      {"replay", "t", "-g", "g", "-p", "0", "--from-offset", "0", "--to-offset", "2", "--apply"});
+  EXPECT_EQ(lines(applied.out).back(), "replayed 1");
+  auto back = consume("t", "g", "w", 10, 60'000);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0]["value"], "no-key");
+
+  auto missing = run({"replay", "t", "-g", "nope", "--from", "0", "--to", "1"});
+  EXPECT_EQ(missing.exit_code, 3) << describe(missing);
+  auto bad = run({"replay", "t", "-g", "g", "--from", "5", "--to", "1"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  auto bad_time = run({"replay", "t", "-g", "g", "--from", "yesterday", "--to", "1"});
+  EXPECT_EQ(bad_time.exit_code, 2) << describe(bad_time);
+}
+
 TEST_F(cli_test, ExitCodesFollowTheErrorClass) {
   create_topic("t", 2);
 

@@ -177,6 +177,33 @@ TEST_F(ui, an_unknown_key_and_an_unknown_topic_read_plainly) {
   EXPECT_NE(field(page.output, "error").find("NOT_FOUND"), std::string::npos) << page.output;
 }
 
+// The replay dialog opened by a link runs the dry run and shows its counts.
+TEST_F(ui, a_replay_link_shows_the_dry_run) {
+  create_topic("jobs", 1, {{"replay_window_ms", 3'600'000}});
+  const auto from = now_ms() - 1000;
+  produce("jobs", "done", std::nullopt, json{{"idempotency_key", "j1"}});
+  produce("jobs", "no-key");
+  produce("jobs", "waiting");
+  auto got = consume("jobs", "workers", "w", 2, 60'000);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& m : got) ASSERT_EQ(ack("jobs", "workers", "w", m).status, 204u);
+  auto page = chrome().dump_dom(
+      url("#replay_topic=jobs&replay_group=workers&replay_from_ms=" + std::to_string(from) +
+          "&replay_to_ms=" + std::to_string(now_ms() + 60'000)),
+      k_budget);
+  ASSERT_TRUE(page.ok) << page.errors;
+  const std::string& dom = page.output;
+  EXPECT_EQ(field(dom, "replay-already_committed"), "1") << dom;
+  EXPECT_EQ(field(dom, "replay-would_deliver"), "1") << dom;
+  EXPECT_EQ(field(dom, "replay-pending"), "1") << dom;
+  EXPECT_NE(field(dom, "replay-note").find("Apply delivers the 1"), std::string::npos) << dom;
+  EXPECT_NE(row(dom, "jobs", "workers").count("replay"), 0u) << "the row's replay button";
+  // A dry run: nothing became deliverable but the message never delivered.
+  auto after = consume("jobs", "workers", "w", 10, 60'000);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].at("value"), "waiting");
+}
+
 TEST_F(ui, screenshot) {
   ASSERT_NO_FATAL_FAILURE(make_traffic());
   const char* keep = std::getenv("ONCEQ_UI_SCREENSHOT");

@@ -426,6 +426,55 @@ TEST(BrokerFaults, LeaseExpiryWithHistoryIsAtomic) {
   expect_atomic_on_read_failure(leased_with_history, do_expire, 1);
 }
 
+// ---- POST /v1/replay ------------------------------------------------------
+
+// Offset 0 acked with key k1 committed, offset 1 acked without a key (the
+// one a replay hands back), in a topic that keeps history and acked
+// messages.
+void acked_in_window(world& w) {
+  auto s = history_settings();
+  s.replay_window_ms = 3'600'000;
+  w.create("t", s);
+  w.produce("t", "x", "k1");
+  w.produce("t", "y");
+  auto got = w.consume("t", "g", "a");
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& d : got)
+    ASSERT_TRUE(
+        w.b->ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, ""}).ok());
+}
+replay_cmd replay_of(bool dry_run) {
+  replay_cmd c;
+  c.topic = "t";
+  c.group = "g";
+  c.partition = 0;
+  c.from_offset = 0;
+  c.to_offset = 10;
+  c.dry_run = dry_run;
+  return c;
+}
+errc do_replay(world& w) {
+  auto r = w.b->replay(replay_of(false));
+  if (r.ok() && r->replayed != 1) return errc::internal;
+  return code_of(r);
+}
+
+TEST(BrokerFaults, ReplayIsAtomic) {
+  expect_atomic_on_write_failure(acked_in_window, do_replay);
+  // the messages, then each one's delivery record and key record
+  expect_atomic_on_read_failure(acked_in_window, do_replay, 4);
+}
+
+TEST(BrokerFaults, ADryRunWorksWhileTheStoreRefusesWrites) {
+  world w;
+  acked_in_window(w);
+  w.store.fail_writes(true);
+  EXPECT_EQ(do_replay(w), errc::unavailable);
+  auto r = w.b->replay(replay_of(true));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->summary[static_cast<std::size_t>(replay_outcome::would_deliver)], 1u);
+}
+
 TEST(BrokerFaults, ReadsWorkWhileTheStoreRefusesWrites) {
   world w;
   leased_one(w);

@@ -581,6 +581,77 @@ TEST(CodecTest, Redrive) {
                        "max_messages must be >= 1"));
 }
 
+TEST(CodecTest, Replay) {
+  auto t = parse_create_topic(body({{"name", "t"}, {"replay_window_ms", 5000}}), {});
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(t->settings.replay_window_ms, 5000);
+  EXPECT_TRUE(rejected(parse_create_topic(body({{"name", "t"}, {"replay_window_ms", -1}}), {}),
+                       "replay_window_ms must be >= 0"));
+  auto r = parse_replay(body({{"topic", "t"}, {"group", "g"}, {"from_ms", 10}, {"to_ms", 20}}));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_TRUE(r->dry_run) << "a dry run unless asked";
+  EXPECT_EQ(r->max_messages, 1000);
+  EXPECT_EQ(r->from_ms, 10);
+  EXPECT_EQ(r->to_ms, 20);
+  EXPECT_FALSE(r->cursor);
+  r = parse_replay(body({{"topic", "t"},
+                         {"group", "g"},
+                         {"partition", 1},
+                         {"from_offset", 0},
+                         {"to_offset", 9},
+                         {"dry_run", false},
+                         {"max_messages", 5},
+                         {"cursor", "1:7"}}));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_FALSE(r->dry_run);
+  EXPECT_EQ(r->partition, 1);
+  EXPECT_EQ(r->to_offset, 9);
+  EXPECT_EQ(r->cursor, (replay_position{1, 7}));
+  EXPECT_TRUE(rejected(parse_replay(body({{"topic", "t"}})), "group is required"));
+  EXPECT_TRUE(rejected(parse_replay(body({{"topic", "t"}, {"group", "g"}, {"max_messages", 1001}})),
+                       "max_messages"));
+  for (const char* bad : {"", "1", "1:", ":2", "a:2", "1:2x", "-1:2"})
+    EXPECT_TRUE(
+        rejected(parse_replay(body({{"topic", "t"}, {"group", "g"}, {"cursor", bad}})), "cursor"))
+        << bad;
+  EXPECT_TRUE(
+      rejected(parse_replay(body({{"topic", "t"}, {"group", "g"}, {"since", 1}})), "since"));
+}
+
+TEST(CodecTest, ReplayReply) {
+  replay_reply r;
+  r.dry_run = true;
+  r.messages.push_back(replay_item{0, 3, replay_outcome::already_committed, "k", "", 5, 1, "",
+                                   committed_key{R"({"n":1})", 7, "w"}});
+  r.messages.push_back(replay_item{0, 4, replay_outcome::gone, "", "", 0, 0, "", std::nullopt});
+  r.summary[0] = 1;
+  r.summary[6] = 1;
+  r.next = replay_position{0, 5};
+  const json want = {{"dry_run", true},
+                     {"summary",
+                      {{"already_committed", 1},
+                       {"would_deliver", 0},
+                       {"in_flight", 0},
+                       {"pending", 0},
+                       {"dead_lettered", 0},
+                       {"superseded", 0},
+                       {"gone", 1}}},
+                     {"replayed", 0},
+                     {"messages",
+                      {{{"partition", 0},
+                        {"offset", 3},
+                        {"outcome", "already_committed"},
+                        {"produced_at_ms", 5},
+                        {"attempts", 1},
+                        {"idempotency_key", "k"},
+                        {"owner", "w"},
+                        {"committed_at_ms", 7},
+                        {"result", {{"n", 1}}}},
+                       {{"partition", 0}, {"offset", 4}, {"outcome", "gone"}}}},
+                     {"next", "0:5"}};
+  EXPECT_EQ(to_json(r), want);
+}
+
 // ---- replies ---------------------------------------------------------------------
 
 TEST(CodecTest, ProduceReplies) {
@@ -621,8 +692,9 @@ TEST(CodecTest, TopicInfoReply) {
   json j = to_json(t);
   EXPECT_EQ(j["name"], "t");
   EXPECT_EQ(j["partitions"], 3);
-  EXPECT_EQ(j["settings"].size(), 16u);
+  EXPECT_EQ(j["settings"].size(), 17u);
   EXPECT_EQ(j["settings"]["key_conflict"], "hold");
+  EXPECT_EQ(j["settings"]["replay_window_ms"], 0);
   EXPECT_EQ(j["settings"]["max_backlog_messages"], 0);
   EXPECT_EQ(j["settings"]["max_backlog_bytes"], 0);
   EXPECT_EQ(j["settings"]["max_inflight"], 0);

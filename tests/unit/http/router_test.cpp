@@ -152,7 +152,8 @@ TEST_F(RouterTest, TopicLifecycle) {
                                     {"max_inflight", 0},
                                     {"key_ttl_ms", 604800000},
                                     {"dedup_window_ms", 120000},
-                                    {"retention_ms", 604800000}}));
+                                    {"retention_ms", 604800000},
+                                    {"replay_window_ms", 0}}));
   EXPECT_EQ(info["groups"], json::object());
 
   res = h_.send(verb::delete_, "/v1/topics/orders");
@@ -573,6 +574,65 @@ TEST_F(RouterTest, DeadLetterAndRedrive) {
   ASSERT_FALSE(back.empty());
 }
 
+TEST_F(RouterTest, ReplayShowsTheDiffThenHandsBackOnlyWhatDidNotCommit) {
+  create("t", {{"replay_window_ms", 3600000}});
+  produce("t", "a", {{"envelope", {{"idempotency_key", "k1"}}}});
+  produce("t", "b");
+  auto ds = consume("t", "w");
+  ASSERT_EQ(ds.size(), 2u);
+  json first = ack_body(ds[0], "w");
+  first["result"] = {{"n", 1}};
+  ASSERT_EQ(h_.post("/v1/ack", first).result_int(), 204);
+  ASSERT_EQ(h_.post("/v1/ack", ack_body(ds[1], "w")).result_int(), 204);
+
+  json req = {
+      {"topic", "t"}, {"group", "g"}, {"partition", 0}, {"from_offset", 0}, {"to_offset", 10}};
+  auto res = h_.post("/v1/replay", req);
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  json dry = body_of(res);
+  EXPECT_EQ(dry["dry_run"], true);
+  EXPECT_EQ(dry["summary"]["already_committed"], 1);
+  EXPECT_EQ(dry["summary"]["would_deliver"], 1);
+  EXPECT_EQ(dry["replayed"], 0);
+  EXPECT_EQ(dry["messages"][0]["result"], (json{{"n", 1}}));
+  EXPECT_EQ(dry["messages"][0]["owner"], "w");
+  EXPECT_TRUE(dry["next"].is_null());
+  EXPECT_TRUE(consume("t", "w").empty()) << "a dry run changes nothing";
+
+  req["dry_run"] = false;
+  res = h_.post("/v1/replay", req);
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(body_of(res)["replayed"], 1);
+  auto again = consume("t", "w");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0]["value"], "b");
+  EXPECT_EQ(again[0]["last_error"], "replay");
+}
+
+TEST_F(RouterTest, ReplayRefusesUnknownTopicsAndGroupsAndBadRanges) {
+  create("t");
+  produce("t", "a");
+  consume("t", "w");
+  auto status = [&](json body) { return h_.post("/v1/replay", body).result_int(); };
+  json ok = {{"topic", "t"}, {"group", "g"}, {"from_ms", 0}, {"to_ms", 10}};
+  EXPECT_EQ(status(ok), 200);
+  json j = ok;
+  j["topic"] = "nope";
+  EXPECT_EQ(status(j), 404);
+  j = ok;
+  j["group"] = "nope";
+  EXPECT_EQ(status(j), 404);
+  j = ok;
+  j["from_ms"] = 20;
+  EXPECT_EQ(status(j), 400);
+  j = ok;
+  j["from_offset"] = 0;
+  EXPECT_EQ(status(j), 400);
+  auto res = h_.post("/v1/replay", {{"topic", "t"}, {"group", "g"}});
+  ASSERT_EQ(res.result_int(), 400);
+  EXPECT_EQ(body_of(res)["error"], "INVALID_ARGUMENT");
+}
+
 TEST_F(RouterTest, Metrics) {
   create("t");
   produce("t", "v");
@@ -666,7 +726,8 @@ TEST_F(RouterTest, RoutesAreDescribed) {
   EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /ui"), routes.end());
   EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /v1/openapi.json"), routes.end());
   EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /v1/keys/history"), routes.end());
-  EXPECT_EQ(routes.size(), 18u);
+  EXPECT_NE(std::find(routes.begin(), routes.end(), "POST /v1/replay"), routes.end());
+  EXPECT_EQ(routes.size(), 19u);
 }
 
 }  // namespace

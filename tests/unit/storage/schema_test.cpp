@@ -451,3 +451,49 @@ TEST(schema_idempotency, history_and_latest_round_trip_and_stay_out_of_idem_keys
 
 }  // namespace
 }  // namespace onceq::storage
+
+namespace onceq::storage {
+namespace {
+
+TEST(schema_replay, window_and_end_times_round_trip_and_older_records_decode_with_0) {
+  topic_record t;
+  t.name = "kept";
+  t.settings.key_history = true;
+  t.settings.replay_window_ms = 86'400'000;
+  auto rt = decode_topic(encode(t));
+  ASSERT_TRUE(rt.ok()) << rt.err().message;
+  EXPECT_EQ(rt->settings, t.settings);
+  expect_rejects_truncations(encode(t), decode_topic);
+  // Version 3: the same without the trailing window.
+  t.settings.replay_window_ms = 0;
+  std::string v3 = encode(t);
+  v3.pop_back();
+  v3[0] = 3;
+  auto old = decode_topic(v3);
+  ASSERT_TRUE(old.ok()) << old.err().message;
+  EXPECT_EQ(old->settings.replay_window_ms, 0);
+  EXPECT_TRUE(old->settings.key_history);
+
+  delivery_record d;
+  d.state = delivery_state::acked;
+  d.owner = "w";
+  d.fencing_token = 7;
+  d.ended_at_ms = 1'700'000'000'123;
+  auto rd = decode_delivery(encode(d));
+  ASSERT_TRUE(rd.ok());
+  EXPECT_EQ(rd->ended_at_ms, 1'700'000'000'123);
+  EXPECT_EQ(rd->fencing_token, 7u);
+  expect_rejects_truncations(encode(d), decode_delivery);
+  // Version 2: the same without the trailing end time.
+  d.ended_at_ms = 0;
+  std::string v2 = encode(d);
+  v2.pop_back();
+  v2[0] = 2;
+  auto oldd = decode_delivery(v2);
+  ASSERT_TRUE(oldd.ok());
+  EXPECT_EQ(oldd->ended_at_ms, 0);
+  EXPECT_EQ(oldd->fencing_token, 7u);
+}
+
+}  // namespace
+}  // namespace onceq::storage
