@@ -1,0 +1,181 @@
+// The router's administration and operations routes: topics (create,
+// list, get, delete), health, version, metrics, the UI and the OpenAPI
+// document. Dispatch and the message routes are in router.cpp.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "broker/validation.hpp"
+#include "http/codec.hpp"
+#include "http/embedded.hpp"
+#include "http/error_table.hpp"
+#include "http/metrics.hpp"
+#include "http/router.hpp"
+#include "http/router_internal.hpp"
+#include "http/shard_ops.hpp"
+
+namespace onceq::http {
+
+using namespace detail;
+using asio::use_awaitable;
+using bhttp::status;
+using json = nlohmann::json;
+
+asio::awaitable<reply> router::healthz(call&) {
+  // Not through the shards' loops (stays up under backpressure); a store's
+  // health never touches the disk. A fault names its shard: that shard's
+  // topics answer 503, the others go on.
+  std::string reason;
+  json faulty = nullptr;  // built only for a fault: the healthy answer is a constant
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const storage::store_health h = shards_.at(i).storage_health();
+    if (h.writable) continue;
+    if (!reason.empty()) reason += "; ";
+    reason += shards_.size() == 1
+                  ? "storage is not writable: " + h.reason
+                  : fmt::format("shard {}: storage is not writable: {}", i, h.reason);
+    faulty.push_back({{"shard", i}, {"reason", h.reason}});
+  }
+  if (reason.empty()) co_return json_text_reply(status::ok, R"({"status":"ok"})");
+  reply r = json_reply(status::service_unavailable,
+                       {{"status", "unavailable"}, {"reason", reason}, {"shards", faulty}});
+  r.res.set(bhttp::field::retry_after, "1");
+  co_return r;
+}
+
+asio::awaitable<reply> router::version(call&) {
+  co_return json_reply(
+      status::ok, {{"version", opts_.version}, {"commit", opts_.commit}, {"wal_enabled", true}});
+}
+
+asio::awaitable<reply> router::create_topic(call& c) {
+  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
+  if (!p.ok()) co_return error_reply(p.err(), c);
+  auto cmd = parse_create_topic(*p, opts_.topic_defaults);
+  if (!cmd.ok()) co_return error_reply(cmd.err(), c);
+  if (auto denied = deny_topic(c, cmd->name)) co_return error_reply(*denied, c);
+  // The topic's shard, chosen now if it is new; the create settles the
+  // placement on that shard's loop, so that creates and deletes of one
+  // name are ordered there.
+  shard& owner = shards_.place(cmd->name);
+  c.shard = owner.id();
+  auto r_op = async_execute<topic_created>(
+      owner,
+      [this, id = owner.id(), cmd = std::move(*cmd)](broker& b) {
+        auto r = b.create_topic(cmd);
+        shards_.settle(cmd.name, id, b.get_topic(cmd.name).ok());
+        return r;
+      },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::created, to_json(*r));
+}
+
+asio::awaitable<reply> router::list_topics(call& c) {
+  auto r_op = gather<std::string>(
+      shards_, [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); });
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  std::sort(r->begin(), r->end());
+  // A token sees the topics it covers; the list itself is no 403.
+  std::erase_if(*r, [&](const std::string& name) { return !c.grant.may_use(name); });
+  co_return json_reply(status::ok, {{"topics", *r}});
+}
+
+asio::awaitable<reply> router::get_topic(call& c) {
+  if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
+  const std::string& name = c.captures.at(0);
+  auto r_op = async_execute<topic_info>(
+      route(c, name), [name](broker& b) { return b.get_topic(name); }, use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return json_reply(status::ok, to_json(*r));
+}
+
+asio::awaitable<reply> router::delete_topic(call& c) {
+  if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
+  const std::string& name = c.captures.at(0);
+  shard& owner = route(c, name);
+  auto r_op = async_execute<void>(
+      owner,
+      [this, id = owner.id(), name](broker& b) {
+        auto r = b.delete_topic(name);
+        shards_.settle(name, id, b.get_topic(name).ok());
+        // A DLQ that outlives its topic keeps its own entry (its shard).
+        const std::string dlq = dlq_topic_of(name);
+        shards_.settle(dlq, id, b.get_topic(dlq).ok());
+        return r;
+      },
+      use_awaitable);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  co_return no_content();
+}
+
+asio::awaitable<reply> router::prometheus(call& c) {
+  std::vector<std::size_t> topics;  // per shard, DLQs included
+  auto r_op = gather<topic_info>(
+      shards_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); }, &topics);
+  auto r = co_await std::move(r_op);
+  if (!r.ok()) co_return error_reply(r.err(), c);
+  reply out;
+  out.res.result(status::ok);
+  out.res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  std::string& body = out.res.body();
+  render_broker_metrics(body, *r, clock_.now_ms());
+  body +=
+      "# HELP onceq_runner_queue_depth Commands waiting for a shard's loop, all shards.\n"
+      "# TYPE onceq_runner_queue_depth gauge\n";
+  body += fmt::format("onceq_runner_queue_depth {}\n", shards_.queue_depth());
+  std::vector<shard_gauges> gauges;
+  storage::store_health all{true, {}};
+  std::optional<storage::sync_stats> wal;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const shard& s = shards_.at(i);
+    gauges.push_back(
+        {s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(), s.write_stalls()});
+    if (!gauges.back().health.writable) all = gauges.back().health;
+    // Omitted for a store without a WAL (the in-memory store of the tests).
+    if (auto w = s.wal_sync_stats()) {
+      if (!wal) wal.emplace();
+      storage::add(*wal, *w);
+    }
+  }
+  render_storage_metrics(body, all);
+  render_shard_metrics(body, gauges);
+  if (wal) render_wal_sync_metrics(body, *wal);
+  if (auth_ != nullptr) auth_->render_metrics(body);
+  metrics_->render(body);
+  out.res.prepare_payload();
+  co_return out;
+}
+
+asio::awaitable<reply> router::ui(call&) {
+  reply r;
+  r.res.result(status::ok);
+  r.res.set(bhttp::field::content_type, "text/html; charset=utf-8");
+  r.res.set(bhttp::field::cache_control, "no-cache");
+  r.res.set("Content-Security-Policy",
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'");
+  r.res.set("X-Content-Type-Options", "nosniff");
+  r.res.set("Referrer-Policy", "no-referrer");
+  r.res.body() = std::string(ui_page());
+  r.res.prepare_payload();
+  co_return r;
+}
+
+asio::awaitable<reply> router::openapi(call&) {
+  reply r = json_text_reply(status::ok, std::string(openapi_document()));
+  r.res.set(bhttp::field::cache_control, "no-cache");
+  co_return r;
+}
+
+}  // namespace onceq::http

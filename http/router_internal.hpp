@@ -1,0 +1,89 @@
+#pragma once
+
+// Private to the router's files (router.cpp: dispatch and the message
+// routes; router_admin.cpp: topics administration, health, metrics, the
+// UI): what a handler sees of a request, the answers they build, and
+// gather() over every shard.
+
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "http/codec.hpp"
+#include "http/router.hpp"
+#include "http/shard_ops.hpp"
+
+namespace onceq::http {
+
+// Everything a handler needs about one request.
+struct router::call {
+  const request& req;
+  std::string request_id;
+  std::string_view query;
+  std::vector<std::string> captures;
+  auth_grant grant;                    // what the token may do (everything when auth is off)
+  std::optional<std::uint32_t> shard;  // the shard the command ran on (reply::shard)
+};
+
+namespace detail {
+
+using json = nlohmann::json;
+using bhttp::status;
+
+inline reply json_text_reply(status st, std::string body) {
+  reply r;
+  r.res.result(st);
+  r.res.set(bhttp::field::content_type, k_json_type);
+  r.res.body() = std::move(body);
+  r.res.prepare_payload();
+  return r;
+}
+
+inline reply json_reply(status st, const json& body) {
+  return json_text_reply(st, dump(body));
+}
+
+// No Content-Length either: RFC 9110 forbids it on 204.
+inline reply no_content() {
+  reply r;
+  r.res.result(status::no_content);
+  return r;
+}
+
+inline reply ndjson_reply(std::string body) {
+  reply r;
+  r.res.result(status::ok);
+  r.res.set(bhttp::field::content_type, k_ndjson_type);
+  r.res.body() = std::move(body);
+  r.res.prepare_payload();
+  return r;
+}
+
+// Runs fn on every shard, one after another, and joins the answers in
+// shard order (the routes without a topic: the topic list, /metrics).
+// per_shard: if given, how many answers each shard gave.
+template <class T>
+asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
+                                               std::function<result<std::vector<T>>(broker&)> fn,
+                                               std::vector<std::size_t>* per_shard = nullptr) {
+  std::vector<T> all;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    auto op = async_execute<std::vector<T>>(shards.at(i), fn, asio::use_awaitable);
+    auto r = co_await std::move(op);
+    if (!r.ok()) co_return std::move(r).err();
+    if (per_shard != nullptr) per_shard->push_back(r->size());
+    std::move(r->begin(), r->end(), std::back_inserter(all));
+  }
+  co_return all;
+}
+
+}  // namespace detail
+
+}  // namespace onceq::http
