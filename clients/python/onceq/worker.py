@@ -454,27 +454,35 @@ class Worker:
                 return
             job._done = True
         try:
-            self.client.nack(
-                self.topic,
-                self.group,
-                self.owner,
-                partition=job.partition,
-                offset=job.offset,
-                attempts=job.attempts,
-                fencing_token=job.fencing_token,
-                reason=reason,
-                delay_ms=delay_ms,
-            )
+            self._nack(job, reason, delay_ms)
             self._count("nacked")
         except Fenced as e:
             self._report_stale(job, "nack", e)
         except OnceqError as e:
             log.error("onceq worker %s: nack of %r failed: %s (redelivered when its lease ends)", self.owner, job, e)
         finally:
-            with self._cv:
-                self._inflight.discard(job)
-                self._free += 1
-                self._cv.notify_all()
+            self._free_slot(job)
+
+    def _nack(self, job: Job, reason: str, delay_ms: Optional[int]) -> None:
+        """Nacks job's delivery, fenced by its attempts and token."""
+        self.client.nack(
+            self.topic,
+            self.group,
+            self.owner,
+            partition=job.partition,
+            offset=job.offset,
+            attempts=job.attempts,
+            fencing_token=job.fencing_token,
+            reason=reason,
+            delay_ms=delay_ms,
+        )
+
+    def _free_slot(self, job: Job) -> None:
+        """job is no longer in flight: its concurrency slot is free."""
+        with self._cv:
+            self._inflight.discard(job)
+            self._free += 1
+            self._cv.notify_all()
 
     def _ack_outcome(self, job: Job, ok: bool, code: str, err: Optional[OnceqError] = None) -> None:
         if ok:
@@ -509,24 +517,11 @@ class Worker:
             job._released = True
             job._stopping.set()
         try:
-            self.client.nack(
-                self.topic,
-                self.group,
-                self.owner,
-                partition=job.partition,
-                offset=job.offset,
-                attempts=job.attempts,
-                fencing_token=job.fencing_token,
-                reason=reason,
-                delay_ms=0,
-            )
+            self._nack(job, reason, 0)
             self._count("released")
         except OnceqError as e:
             log.warning("onceq worker %s: release of %r failed: %s", self.owner, job, e)
-        with self._cv:
-            self._inflight.discard(job)
-            self._free += 1
-            self._cv.notify_all()
+        self._free_slot(job)
 
     # -- stopping ------------------------------------------------------------
 
