@@ -2,7 +2,7 @@
 // parsers with the same steps (codec_speed_test's workload: a 100-message
 // produce with 256-byte values and envelopes, a 100-item batch ack).
 //
-// For each body every variant does what http/codec.cpp does with it:
+// For each body every variant does what http/codec/ does with it:
 // parse, walk every member of every message (the unknown-field check),
 // read key / value / idempotency_key / msg_id, probe the eleven optional
 // envelope fields, copy the envelope as compact JSON, and write the reply
