@@ -26,21 +26,6 @@ using clock_type = std::chrono::steady_clock;
 constexpr std::string_view k_healthz = "GET /v1/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 constexpr std::string_view k_half_header = "GET /v1/healthz HTTP/1.1\r\nHo";
 
-// The value of an unlabelled series in GET /metrics, or -1 if absent.
-double metric(http_client& c, std::string_view name) {
-  auto res = c.get("/metrics");
-  if (res.status != 200) return -1;
-  std::string prefix = std::string(name) + " ";
-  for (std::size_t pos = 0; pos < res.body.size();) {
-    auto end = res.body.find('\n', pos);
-    if (end == std::string::npos) end = res.body.size();
-    std::string_view line(res.body.data() + pos, end - pos);
-    if (line.starts_with(prefix)) return std::stod(std::string(line.substr(prefix.size())));
-    pos = end + 1;
-  }
-  return -1;
-}
-
 // Waits up to timeout for metric(name) to satisfy ok; returns the last value.
 template <class Ok>
 double wait_metric(std::uint16_t port, std::string_view name, Ok ok,

@@ -25,20 +25,11 @@ server_process::options with_shards(int n, std::string data_dir = {}) {
   return o;
 }
 
-// The value of a metric series in a /metrics text, or -1.
-double metric(const std::string& text, const std::string& series) {
-  auto at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  at += series.size() + 2;
-  return std::stod(text.substr(at, text.find('\n', at) - at));
-}
-
 class shards : public onceq_test {
  protected:
   void SetUp() override { start_server(with_shards(2)); }
-  std::string metrics() { return client().get("/metrics").body; }
   double topics_on(int shard) {
-    return metric(metrics(), "onceq_shard_topics{shard=\"" + std::to_string(shard) + "\"}");
+    return metric(client(), "onceq_shard_topics{shard=\"" + std::to_string(shard) + "\"}");
   }
 };
 
@@ -162,7 +153,7 @@ TEST_F(shards, a_connection_follows_its_topics_shard_with_pipelined_bytes) {
               3)
         << answers;
   }
-  EXPECT_GE(metric(metrics(), "onceq_connections_migrated_total"), 2);
+  EXPECT_GE(metric(client(), "onceq_connections_migrated_total"), 2);
   // Every message is there once, in order.
   auto got0 = consume("on0", "g", "o", 100);
   auto got1 = consume("on1", "g", "o", 100);
@@ -186,7 +177,7 @@ TEST_F(shards, without_migration_a_connection_stays_and_every_request_crosses) {
       ASSERT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
     }
   }
-  EXPECT_EQ(metric(metrics(), "onceq_connections_migrated_total"), 0);
+  EXPECT_EQ(metric(client(), "onceq_connections_migrated_total"), 0);
   EXPECT_EQ(consume("on0", "g", "o", 100).size(), 9u);
   EXPECT_EQ(consume("on1", "g", "o", 100).size(), 9u);
 }

@@ -80,6 +80,22 @@ inline ::testing::AssertionResult is_error(const http_response& res, unsigned st
   return ::testing::AssertionSuccess();
 }
 
+// The value of a series in GET /metrics (labels included in name, e.g.
+// onceq_shard_topics{shard="0"}), or -1 if absent.
+inline double metric(http_client& c, std::string_view name) {
+  auto res = c.get("/metrics");
+  if (res.status != 200) return -1;
+  std::string prefix = std::string(name) + " ";
+  for (std::size_t pos = 0; pos < res.body.size();) {
+    auto end = res.body.find('\n', pos);
+    if (end == std::string::npos) end = res.body.size();
+    std::string_view line(res.body.data() + pos, end - pos);
+    if (line.starts_with(prefix)) return std::stod(std::string(line.substr(prefix.size())));
+    pos = end + 1;
+  }
+  return -1;
+}
+
 class onceq_test : public ::testing::Test {
  protected:
   void SetUp() override { start_server({}); }

@@ -98,12 +98,7 @@ class tls : public onceq_test {
     return SSL_get_version(s.native_handle());
   }
 
-  double metric(std::string_view name) {
-    auto res = client().get("/metrics");
-    auto pos = res.body.find("\n" + std::string(name) + " ");
-    if (pos == std::string::npos) return -1;
-    return std::stod(res.body.substr(pos + name.size() + 2));
-  }
+  double metric(std::string_view name) { return itest::metric(client(), name); }
 
   cert_dir certs_;
 };
