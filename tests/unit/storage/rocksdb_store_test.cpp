@@ -893,6 +893,32 @@ TEST(fsync_policy_test, to_string_round_trips) {
   EXPECT_EQ(fsync_policy{}.to_string(), "always");
 }
 
+// ---- --wal-sync loop: the writer syncs, at the end of its iteration -----
+
+TEST_F(rocksdb_store_test,
+       with_sync_on_caller_one_sync_pending_answers_every_waiter_on_the_caller) {
+  auto o = options();  // fsync always
+  o.sync_on_caller = true;
+  open_with(o);
+  const auto before = store_->syncs();
+  std::vector<int> answered;
+  for (int i = 0; i < 3; ++i) {
+    put(column::messages, "k" + std::to_string(i), "v");
+    store_->when_durable([&answered, i](result<void> r) {
+      EXPECT_TRUE(r.ok());
+      answered.push_back(i);  // on this thread: no lock needed
+    });
+  }
+  // No syncer thread: nothing is answered until the caller syncs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(answered.empty());
+  store_->sync_pending();
+  EXPECT_EQ(answered, (std::vector<int>{0, 1, 2}));  // in order, by one sync
+  EXPECT_EQ(store_->syncs(), before + 1);
+  store_->sync_pending();  // nothing pending: no sync
+  EXPECT_EQ(store_->syncs(), before + 1);
+}
+
 // ---- write stalls: counted, then waited for -----------------------------
 
 TEST_F(rocksdb_store_test, a_stalled_write_is_counted_waits_for_the_flush_and_loses_nothing) {
