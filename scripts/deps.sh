@@ -10,6 +10,7 @@ packages=(
   libnats-dev libhiredis-dev nats-server redis-server wrk
   curl libcli11-dev libtomlplusplus-dev python3-yaml clang libclang-rt-14-dev
   dpkg-dev file chromium python3-jsonschema
+  libraft-dev libuv1-dev
 )
 
 missing=()
