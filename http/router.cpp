@@ -5,6 +5,11 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +22,7 @@
 #include "http/request_id.hpp"
 #include "http/router_internal.hpp"
 #include "http/shard_ops.hpp"
+#include "storage/base/log.hpp"
 
 namespace onceq::http {
 
@@ -65,13 +71,6 @@ bool match(const std::vector<std::string_view>& pat, const std::vector<std::stri
   return true;
 }
 
-// Unknown topic on produce/consume is 400 by the spec (the topic is a
-// parameter there, not the resource); on a topic URL or ack it stays 404.
-error topic_param_error(error e) {
-  if (e.code == errc::not_found) e.code = errc::invalid_argument;
-  return e;
-}
-
 }  // namespace
 
 // The scope column is the whole authorization policy of the API
@@ -86,74 +85,35 @@ struct replay_route;
 }  // namespace
 
 const router::route_def router::k_routes[] = {
-    {verb::get, "/v1/healthz", &router::healthz, false, scope::none},
-    {verb::get, "/v1/version", &router::version, false, scope::none},
-    {verb::post, "/v1/topics", &router::create_topic, true, scope::admin},
-    {verb::get, "/v1/topics", &router::list_topics, true, scope::admin},
-    {verb::get, "/v1/topics/{name}", &router::get_topic, true, scope::admin},
-    {verb::delete_, "/v1/topics/{name}", &router::delete_topic, true, scope::admin},
+    {verb::get, "/v1/healthz", &router::at_once<&router::healthz>, false, scope::none},
+    {verb::get, "/v1/version", &router::at_once<&router::version>, false, scope::none},
+    {verb::post, "/v1/topics", &router::spawned<&router::create_topic>, true, scope::admin},
+    {verb::get, "/v1/topics", &router::spawned<&router::list_topics>, true, scope::admin},
+    {verb::get, "/v1/topics/{name}", &router::spawned<&router::get_topic>, true, scope::admin},
+    {verb::delete_, "/v1/topics/{name}", &router::spawned<&router::delete_topic>, true,
+     scope::admin},
     {verb::post, "/v1/produce", &router::produce, true, scope::produce},
     {verb::get, "/v1/consume", &router::consume, true, scope::consume},
     {verb::post, "/v1/consume", &router::consume, true, scope::consume},
     {verb::post, "/v1/ack", &router::ack, true, scope::consume},
-    {verb::post, "/v1/nack", &router::topic_command<nack_route>, true, scope::consume},
-    {verb::post, "/v1/extend", &router::topic_command<extend_route>, true, scope::consume},
-    {verb::get, "/v1/keys", &router::keys, true, scope::consume},
-    {verb::get, "/v1/keys/history", &router::topic_command<key_history_route>, true,
+    {verb::post, "/v1/nack", &router::spawned<&router::topic_command<nack_route>>, true,
      scope::consume},
-    {verb::post, "/v1/dlq/redrive", &router::topic_command<redrive_route>, true, scope::admin},
-    {verb::post, "/v1/replay", &router::topic_command<replay_route>, true, scope::admin},
-    {verb::get, "/metrics", &router::prometheus, false, scope::metrics},
+    {verb::post, "/v1/extend", &router::spawned<&router::topic_command<extend_route>>, true,
+     scope::consume},
+    {verb::get, "/v1/keys", &router::spawned<&router::keys>, true, scope::consume},
+    {verb::get, "/v1/keys/history", &router::spawned<&router::topic_command<key_history_route>>,
+     true, scope::consume},
+    {verb::post, "/v1/dlq/redrive", &router::spawned<&router::topic_command<redrive_route>>, true,
+     scope::admin},
+    {verb::post, "/v1/replay", &router::spawned<&router::topic_command<replay_route>>, true,
+     scope::admin},
+    {verb::get, "/metrics", &router::spawned<&router::prometheus>, false, scope::metrics},
     // Public like healthz: the page and the spec hold no data; the page's
     // own API calls carry the token (docs/UI.md).
-    {verb::get, "/ui", &router::ui, false, scope::none},
-    {verb::get, "/v1/openapi.json", &router::openapi, false, scope::none},
+    {verb::get, "/ui", &router::spawned<&router::ui>, false, scope::none},
+    {verb::get, "/v1/openapi.json", &router::spawned<&router::openapi>, false, scope::none},
 };
 const std::size_t router::k_route_count = std::size(router::k_routes);
-
-// ---- consume_stream -------------------------------------------------------
-
-consume_stream::consume_stream(shard& s, consume_cmd cmd, millis poll_ms,
-                               std::vector<delivery> initial)
-    : shard_(s), cmd_(std::move(cmd)), poll_ms_(poll_ms), initial_(encode_deliveries(initial)) {
-  remember(initial);
-}
-
-void consume_stream::remember(const std::vector<delivery>& ds) {
-  last_.clear();
-  for (const auto& d : ds) last_.push_back(held{d.partition, d.offset, d.attempts});
-}
-
-asio::awaitable<result<std::string>> consume_stream::next() {
-  consume_cmd cmd = cmd_;
-  auto got_op = async_consume(shard_, std::move(cmd), poll_ms_, use_awaitable);
-  auto got = co_await std::move(got_op);
-  if (!got.ok()) co_return std::move(got).err();
-  remember(*got);
-  co_return encode_deliveries(*got);
-}
-
-void consume_stream::abandon_last() {
-  if (last_.empty()) return;
-  std::vector<extend_cmd> cmds;
-  for (const auto& h : last_) {
-    extend_cmd e;
-    e.ref = delivery_ref{cmd_.topic, cmd_.group, cmd_.owner, h.partition, h.offset, h.attempts, {}};
-    e.lease_ms = 1;
-    cmds.push_back(std::move(e));
-  }
-  last_.clear();
-  shard_.execute<int>(
-      [cmds = std::move(cmds)](broker& b) -> result<int> {
-        for (const auto& e : cmds) {
-          // Fenced by attempts: a delivery someone else got meanwhile stays.
-          auto r = b.extend(e);
-          (void)r;  // best effort: a lease already gone needs nothing
-        }
-        return 0;
-      },
-      [](result<int>) {});
-}
 
 // ---- router ---------------------------------------------------------------
 
@@ -211,24 +171,28 @@ reply router::error_reply(const error& e, const call& c, std::string_view allow)
   return r;
 }
 
-asio::awaitable<reply> router::handle(request req) {
-  const auto started = std::chrono::steady_clock::now();
-  call c{req, request_id_for(req[k_request_id_header]), {}, {}, {}, {}};
+void router::handle(request req, asio::any_io_executor ex, reply_fn done) {
+  std::string request_id = request_id_for(req[k_request_id_header]);
+  auto p = std::make_shared<pending>(std::move(req), std::move(request_id), std::move(ex),
+                                     std::move(done));
+  p->started = std::chrono::steady_clock::now();
+  call& c = p->c;
+  const request& r = p->req;
 
-  std::string_view target = req.target();
+  std::string_view target = r.target();
   std::string_view path = target.substr(0, target.find('?'));
   if (auto q = target.find('?'); q != std::string_view::npos) c.query = target.substr(q + 1);
   if (auto h = c.query.find('#'); h != std::string_view::npos) c.query = c.query.substr(0, h);
   const auto segs = split_path(path);
 
   const route_def* found = nullptr;
-  std::size_t label = labels_.size() - 1;  // unmatched
+  p->label = labels_.size() - 1;  // unmatched
   std::string allow;
   for (std::size_t i = 0; i < k_route_count; ++i) {
     std::vector<std::string> caps;
     if (!match(route_segments_[i], segs, &caps)) continue;
-    label = route_label_[i];
-    if (k_routes[i].method == req.method()) {
+    p->label = route_label_[i];
+    if (k_routes[i].method == r.method()) {
       found = &k_routes[i];
       c.captures = std::move(caps);
       break;
@@ -237,52 +201,97 @@ asio::awaitable<reply> router::handle(request req) {
     allow += std::string_view(bhttp::to_string(k_routes[i].method));
   }
 
-  reply out;
-  bool answered = false;
   if (found == nullptr && allow.empty()) {
-    out = error_reply(make_error(errc::not_found, fmt::format("no route for {}", path)), c);
-    answered = true;
-  } else if (found == nullptr) {
-    out = error_reply(make_error(errc::method_not_allowed,
-                                 fmt::format("{} is not allowed on {}",
-                                             std::string_view(req.method_string()), path)),
-                      c, allow);
-    answered = true;
-  } else if (auth_ != nullptr && found->need != scope::none) {
-    // Before the backpressure check: a stranger learns nothing, not even load.
-    auto g = auth_->authorize(req[bhttp::field::authorization], found->need);
-    if (g.ok()) {
-      c.grant = std::move(*g);
-    } else {
-      out = error_reply(g.err(), c);
-      answered = true;
-    }
+    reply out = error_reply(make_error(errc::not_found, fmt::format("no route for {}", path)), c);
+    return finish(std::move(p), std::move(out));
   }
-  if (!answered && found->needs_core) {
+  if (found == nullptr) {
+    reply out = error_reply(make_error(errc::method_not_allowed,
+                                       fmt::format("{} is not allowed on {}",
+                                                   std::string_view(r.method_string()), path)),
+                            c, allow);
+    return finish(std::move(p), std::move(out));
+  }
+  if (auth_ != nullptr && found->need != scope::none) {
+    // Before the backpressure check: a stranger learns nothing, not even load.
+    auto g = auth_->authorize(r[bhttp::field::authorization], found->need);
+    if (!g.ok()) return finish(std::move(p), error_reply(g.err(), c));
+    c.grant = std::move(*g);
+  }
+  if (found->needs_core) {
     if (const std::size_t depth = shards_.queue_depth(); depth > opts_.max_queue_depth) {
       error e = make_error(errc::resource_exhausted, "too many requests queued; retry later");
-      e.retry_after_ms = drain_.drain_ms(depth, started).value_or(opts_.retry_after_ms);
-      out = error_reply(e, c);
-      answered = true;
+      e.retry_after_ms = drain_.drain_ms(depth, p->started).value_or(opts_.retry_after_ms);
+      return finish(std::move(p), error_reply(e, c));
+    }
+    p->drains = true;
+  }
+  try {
+    (this->*(found->fn))(p);
+  } catch (const std::exception& e) {
+    // Before its command reached a shard (nothing else throws): answer it
+    // here. After, the shard's answer comes.
+    if (!c.shard) {
+      finish(
+          std::move(p),
+          error_reply(make_error(errc::internal, fmt::format("internal error: {}", e.what())), c));
+    } else {
+      log(log_level::error, "http", fmt::format("internal error: {}", e.what()));
     }
   }
-  if (!answered) {
-    try {
-      auto op = (this->*(found->fn))(c);
-      out = co_await std::move(op);
-    } catch (const std::exception& e) {
-      out = error_reply(make_error(errc::internal, fmt::format("internal error: {}", e.what())), c);
-    }
-  }
+}
 
-  out.res.version(req.version());
-  out.res.set(k_request_id_header, c.request_id);
-  out.shard = c.shard;
+asio::awaitable<reply> router::handle(request req) {
+  auto ex = co_await asio::this_coro::executor;
+  auto op = asio::async_initiate<decltype(use_awaitable), void(reply)>(
+      [this, ex](auto h, request r) {
+        // done may run inside handle(); a coroutine's handler must not.
+        auto held = std::make_shared<decltype(h)>(std::move(h));
+        handle(std::move(r), ex, [held, ex](reply out) {
+          asio::post(ex,
+                     [held, out = std::move(out)]() mutable { std::move (*held)(std::move(out)); });
+        });
+      },
+      use_awaitable, std::move(req));
+  co_return co_await std::move(op);
+}
+
+void router::finish(pending_ptr p, reply out) {
+  out.res.version(p->req.version());
+  out.res.set(k_request_id_header, p->c.request_id);
+  out.shard = p->c.shard;
   const auto finished = std::chrono::steady_clock::now();
-  if (!answered && found->needs_core) drain_.completed(finished);
-  const double seconds = std::chrono::duration<double>(finished - started).count();
-  metrics_->observe(label, seconds, out.res.result_int());
-  co_return out;
+  if (p->drains) drain_.completed(finished);
+  const double seconds = std::chrono::duration<double>(finished - p->started).count();
+  metrics_->observe(p->label, seconds, out.res.result_int());
+  reply_fn done = std::move(p->done);
+  p.reset();  // the request's memory goes before the answer is written
+  done(std::move(out));
+}
+
+template <reply (router::*Fn)(router::call&)>
+void router::at_once(pending_ptr p) {
+  reply out = (this->*Fn)(p->c);
+  finish(std::move(p), std::move(out));
+}
+
+template <asio::awaitable<reply> (router::*Fn)(router::call&)>
+void router::spawned(pending_ptr p) {
+  auto ex = p->ex;
+  asio::co_spawn(
+      ex,
+      [this, p = std::move(p)]() mutable -> asio::awaitable<void> {
+        reply out;
+        try {
+          auto op = (this->*Fn)(p->c);
+          out = co_await std::move(op);
+        } catch (const std::exception& e) {
+          out = error_reply(make_error(errc::internal, fmt::format("internal error: {}", e.what())),
+                            p->c);
+        }
+        finish(std::move(p), std::move(out));
+      },
+      asio::detached);
 }
 
 // ---- the common shape of a topic command -----------------------------------
@@ -348,109 +357,4 @@ struct replay_route {
 
 }  // namespace
 
-// ---- handlers ---------------------------------------------------------------
-
-asio::awaitable<reply> router::produce(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto pr = parse_produce(*p, c.req["Idempotency-Key"]);
-  if (!pr.ok()) co_return error_reply(pr.err(), c);
-  // A batch names one topic: one check covers every message.
-  if (auto denied = deny_topic(c, pr->cmd.topic)) co_return error_reply(*denied, c);
-  const bool batch = pr->batch;
-  std::string topic = pr->cmd.topic;
-  auto r_op = async_submit(route(c, topic), std::move(pr->cmd), use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(topic_param_error(std::move(r).err()), c);
-  if (r->results.empty()) {
-    co_return error_reply(make_error(errc::internal, "produce answered no result"), c);
-  }
-  co_return json_text_reply(status::ok, produce_reply_json(*r, topic, batch));
-}
-
-asio::awaitable<reply> router::consume(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto cr = parse_consume(*p);
-  if (!cr.ok()) co_return error_reply(cr.err(), c);
-  if (auto denied = deny_topic(c, cr->cmd.topic)) co_return error_reply(*denied, c);
-  if (cr->cmd.deadline_ms) {
-    // Waiting past the consumer's deadline could deliver nothing anyway.
-    const millis left = std::max<millis>(0, *cr->cmd.deadline_ms - clock_.now_ms());
-    cr->wait_ms = std::min(cr->wait_ms, left);
-  }
-  if (cr->acks) {
-    // The previous batch's acks first, in the same core job: one durable
-    // round trip for the cycle. Errors of the acks as a whole are answered
-    // as POST /v1/ack answers them.
-    ack_batch_cmd acks{cr->cmd.topic, cr->cmd.group, cr->cmd.owner, std::move(*cr->acks)};
-    shard& owner = route(c, cr->cmd.topic);
-    auto both_op = async_consume_after_acks(owner, std::move(acks), std::move(cr->cmd), cr->wait_ms,
-                                            use_awaitable);
-    auto both = co_await std::move(both_op);
-    if (!both.ok()) co_return error_reply(both.err(), c);
-    co_return ndjson_reply(consumed_acks_line(both->acks) + encode_deliveries(both->deliveries));
-  }
-  shard& owner = route(c, cr->cmd.topic);
-  if (!cr->stream) {
-    auto got_op = async_consume(owner, std::move(cr->cmd), cr->wait_ms, use_awaitable);
-    auto got = co_await std::move(got_op);
-    if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
-    co_return ndjson_reply(encode_deliveries(*got));
-  }
-  // Stream: the first poll does not wait, so that errors (unknown topic, bad
-  // lease) still get a proper status and the head goes out at once.
-  cr->cmd.max_messages = opts_.stream_batch;
-  consume_cmd first = cr->cmd;
-  auto got_op = async_consume(owner, std::move(first), 0, use_awaitable);
-  auto got = co_await std::move(got_op);
-  if (!got.ok()) co_return error_reply(topic_param_error(std::move(got).err()), c);
-  reply r;
-  r.res.result(status::ok);
-  r.res.set(bhttp::field::content_type, k_ndjson_type);
-  r.res.set(bhttp::field::cache_control, "no-store");
-  r.stream = std::make_shared<consume_stream>(owner, std::move(cr->cmd), opts_.stream_poll_ms,
-                                              std::move(*got));
-  co_return r;
-}
-
-asio::awaitable<reply> router::ack(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto ar = parse_ack(*p);
-  if (!ar.ok()) co_return error_reply(ar.err(), c);
-  const std::string& ack_topic = std::holds_alternative<ack_cmd>(*ar)
-                                     ? std::get<ack_cmd>(*ar).ref.topic
-                                     : std::get<ack_batch_cmd>(*ar).topic;
-  if (auto denied = deny_topic(c, ack_topic)) co_return error_reply(*denied, c);
-  if (auto* single = std::get_if<ack_cmd>(&*ar)) {
-    shard& owner = route(c, ack_topic);
-    auto r_op = async_submit(owner, std::move(*single), use_awaitable);
-    auto r = co_await std::move(r_op);
-    if (!r.ok()) co_return error_reply(r.err(), c);
-    co_return no_content();
-  }
-  shard& owner = route(c, ack_topic);
-  auto r_op = async_submit(owner, std::move(std::get<ack_batch_cmd>(*ar)), use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_text_reply(status::ok, ack_outcomes_json(*r));
-}
-
-asio::awaitable<reply> router::keys(call& c) {
-  auto p = read_params(c.req.body(), c.query, c.req.body().capacity());
-  if (!p.ok()) co_return error_reply(p.err(), c);
-  auto kr = parse_key_query(*p);
-  if (!kr.ok()) co_return error_reply(kr.err(), c);
-  if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
-  shard& owner = route(c, kr->q.topic);
-  auto r_op = async_wait_key(owner, std::move(kr->q), kr->wait_ms, use_awaitable);
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  co_return json_reply(status::ok, to_json(*r));
-}
-
-// The console talks to this server only: the CSP keeps a page that
-// someone managed to inject text into from loading or sending anything
-// elsewhere, and the page may not be framed (clickjacking).
 }  // namespace onceq::http

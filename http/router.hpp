@@ -21,8 +21,10 @@
 // (403). A request refused changes nothing.
 //
 // Thread safety: handle() may run concurrently on any number of
-// coroutines/threads; the router holds no per-request state.
+// threads; the router holds no per-request state (each request's own is
+// in a router::pending on the heap while its command runs).
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
 #include "http/auth.hpp"
@@ -42,6 +45,8 @@
 namespace onceq::http {
 
 namespace asio = boost::asio;
+
+struct consume_request;  // http/codec/consume.hpp
 
 // The rest of a streamed GET/POST /v1/consume (no max_messages): the
 // session sends the head of reply::res (chunked), then the initial lines,
@@ -100,8 +105,18 @@ class router {
   router(const router&) = delete;
   router& operator=(const router&) = delete;
 
-  // Answers one complete request. Never throws: an exception in a handler
-  // becomes 500 INTERNAL. The caller sets keep-alive.
+  // Answers one complete request: done(reply) runs on ex, either inside
+  // handle() (an answer that needs no shard: healthz, an error, a refusal)
+  // or later (after the shard's answer crossed back to ex). done must only
+  // start work (e.g. the answer's write), never read the next request
+  // inline. Never throws: an exception in a handler becomes 500 INTERNAL.
+  // The caller sets keep-alive. The hot routes (produce, consume, ack,
+  // healthz) run as callbacks, with no coroutine frame; the others as a
+  // coroutine spawned on ex.
+  using reply_fn = std::function<void(reply)>;
+  void handle(request req, asio::any_io_executor ex, reply_fn done);
+  // The same for a coroutine (the TLS session, tests): completes on the
+  // caller's executor, never inside the call.
   asio::awaitable<reply> handle(request req);
 
   // The error response every part of http/ sends (with X-Request-Id).
@@ -116,9 +131,11 @@ class router {
   std::vector<scope> route_scopes() const;
 
   struct call;
+  struct pending;  // one request from handle() to its answer
 
  private:
-  using handler = asio::awaitable<reply> (router::*)(call&);
+  using pending_ptr = std::shared_ptr<pending>;
+  using handler = void (router::*)(pending_ptr);
   struct route_def {
     bhttp::verb method;
     std::string_view pattern;  // segments; "{name}" captures one
@@ -129,15 +146,29 @@ class router {
   static const route_def k_routes[];
   static const std::size_t k_route_count;
 
-  asio::awaitable<reply> healthz(call& c);
-  asio::awaitable<reply> version(call& c);
+  // A route's handler in one of three shapes: answered at once, a
+  // callback handler (the hot routes), or a coroutine.
+  template <reply (router::*Fn)(call&)>
+  void at_once(pending_ptr p);
+  template <asio::awaitable<reply> (router::*Fn)(call&)>
+  void spawned(pending_ptr p);
+  // Answers p: the answer's common fields, metrics, then p's done.
+  void finish(pending_ptr p, reply out);
+  // A shard's done callback for p: renders the shard's answer R on p's
+  // executor (render(R&&, call&) -> reply), then finish().
+  template <class R, class Render>
+  std::function<void(R)> answer_with(pending_ptr p, Render render);
+
+  reply healthz(call& c);
+  reply version(call& c);
   asio::awaitable<reply> create_topic(call& c);
   asio::awaitable<reply> list_topics(call& c);
   asio::awaitable<reply> get_topic(call& c);
   asio::awaitable<reply> delete_topic(call& c);
-  asio::awaitable<reply> produce(call& c);
-  asio::awaitable<reply> consume(call& c);
-  asio::awaitable<reply> ack(call& c);
+  void produce(pending_ptr p);
+  void consume(pending_ptr p);
+  asio::awaitable<reply> consume_stream_head(call& c, consume_request cr);
+  void ack(pending_ptr p);
   asio::awaitable<reply> keys(call& c);
   // nack, extend, key history, redrive, replay: one shape (router.cpp).
   template <class Route>

@@ -26,7 +26,7 @@ using asio::use_awaitable;
 using bhttp::status;
 using json = nlohmann::json;
 
-asio::awaitable<reply> router::healthz(call&) {
+reply router::healthz(call&) {
   // Not through the shards' loops (stays up under backpressure); a store's
   // health never touches the disk. A fault names its shard: that shard's
   // topics answer 503, the others go on.
@@ -41,16 +41,16 @@ asio::awaitable<reply> router::healthz(call&) {
                   : fmt::format("shard {}: storage is not writable: {}", i, h.reason);
     faulty.push_back({{"shard", i}, {"reason", h.reason}});
   }
-  if (reason.empty()) co_return json_text_reply(status::ok, R"({"status":"ok"})");
+  if (reason.empty()) return json_text_reply(status::ok, R"({"status":"ok"})");
   reply r = json_reply(status::service_unavailable,
                        {{"status", "unavailable"}, {"reason", reason}, {"shards", faulty}});
   r.res.set(bhttp::field::retry_after, "1");
-  co_return r;
+  return r;
 }
 
-asio::awaitable<reply> router::version(call&) {
-  co_return json_reply(
-      status::ok, {{"version", opts_.version}, {"commit", opts_.commit}, {"wal_enabled", true}});
+reply router::version(call&) {
+  return json_reply(status::ok,
+                    {{"version", opts_.version}, {"commit", opts_.commit}, {"wal_enabled", true}});
 }
 
 asio::awaitable<reply> router::create_topic(call& c) {

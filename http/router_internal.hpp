@@ -5,6 +5,7 @@
 // UI): what a handler sees of a request, the answers they build, and
 // gather() over every shard.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -13,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +33,23 @@ struct router::call {
   std::vector<std::string> captures;
   auth_grant grant;                    // what the token may do (everything when auth is off)
   std::optional<std::uint32_t> shard;  // the shard the command ran on (reply::shard)
+};
+
+// One request from router::handle() to its answer, on the heap while its
+// command runs (call refers to req).
+struct router::pending {
+  pending(request r, std::string request_id, asio::any_io_executor executor, reply_fn d)
+      : req(std::move(r)),
+        c{req, std::move(request_id), {}, {}, {}, {}},
+        ex(std::move(executor)),
+        done(std::move(d)) {}
+  request req;
+  call c;
+  asio::any_io_executor ex;  // where done runs
+  reply_fn done;
+  std::chrono::steady_clock::time_point started;
+  std::size_t label = 0;  // the route's metric label
+  bool drains = false;    // counted by the drain meter (needs a shard)
 };
 
 namespace detail {
@@ -84,6 +104,32 @@ asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
   co_return all;
 }
 
+// Unknown topic on produce/consume is 400 by the spec (the topic is a
+// parameter there, not the resource); on a topic URL or ack it stays 404.
+inline error topic_param_error(error e) {
+  if (e.code == errc::not_found) e.code = errc::invalid_argument;
+  return e;
+}
+
 }  // namespace detail
+
+template <class R, class Render>
+std::function<void(R)> router::answer_with(pending_ptr p, Render render) {
+  return [this, p = std::move(p), render = std::move(render)](R r) mutable {
+    auto ex = p->ex;
+    // On p's loop: at once when the shard answered there, else it crosses.
+    asio::dispatch(
+        ex, [this, p = std::move(p), render = std::move(render), r = std::move(r)]() mutable {
+          reply out;
+          try {
+            out = render(std::move(r), p->c);
+          } catch (const std::exception& e) {
+            out = error_reply(
+                make_error(errc::internal, fmt::format("internal error: {}", e.what())), p->c);
+          }
+          finish(std::move(p), std::move(out));
+        });
+  };
+}
 
 }  // namespace onceq::http

@@ -37,8 +37,9 @@
 
 #include "http/access_log.hpp"
 #include "http/params.hpp"  // k_json_padding
+#include "http/plain_session.hpp"
 #include "http/request_id.hpp"
-#include "http/wire.hpp"
+#include "http/stream_pump.hpp"
 #include "storage/base/log.hpp"
 
 namespace onceq::http {
@@ -67,37 +68,21 @@ bool is_http_error(const beast::error_code& ec) {
   return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category();
 }
 
-using plain_stream = beast::tcp_stream;
 using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
-// One connection over Stream (plain_stream or tls_stream). The TLS-only
-// steps are `if constexpr (k_tls)`; everything else is the same code.
-template <class Stream>
-class basic_session final : public session,
-                            public std::enable_shared_from_this<basic_session<Stream>> {
+// One TLS connection, as coroutines over Beast's stream (its timers and
+// serializer): TLS's own cost dwarfs theirs. Plain connections take the
+// callback path of plain_session.cpp.
+class tls_session final : public session, public std::enable_shared_from_this<tls_session> {
  public:
-  static constexpr bool k_tls = std::is_same_v<Stream, tls_stream>;
-
-  // stream_args: what Stream is constructed from (the socket; for TLS also
-  // the context).
-  template <class... StreamArgs>
-  basic_session(router& r, std::shared_ptr<session_registry> registry,
-                std::optional<std::uint32_t> home, std::string pending, bool adopted,
-                StreamArgs&&... stream_args)
+  tls_session(router& r, std::shared_ptr<session_registry> registry, asio::ip::tcp::socket socket,
+              asio::ssl::context& tls)
       : registry_(std::move(registry)),
         opts_(registry_->options()),
         router_(r),
-        stream_(std::forward<StreamArgs>(stream_args)...),
-        home_(home),
-        adopted_(adopted) {
-    if (!pending.empty()) {
-      auto room = buffer_.prepare(pending.size());
-      asio::buffer_copy(room, asio::buffer(pending));
-      buffer_.commit(pending.size());
-    }
-  }
+        stream_(std::move(socket), tls) {}
 
-  ~basic_session() override {
+  ~tls_session() override {
     if (registered_) registry_->remove(id_);
   }
 
@@ -117,33 +102,20 @@ class basic_session final : public session,
   asio::awaitable<void> watch_peer();
   asio::awaitable<void> reject(const error& e, unsigned version, std::string request_id);
   asio::awaitable<void> close(bool drain);
-  // After an answer: counts requests served by another shard; true when
-  // the session should move there now (see start_session).
-  bool note_shard(std::optional<std::uint32_t> shard);
-  // Hands the socket and the bytes read so far to the loop of shard
-  // target. False (the session stays) if the socket cannot be released.
-  bool migrate(std::uint32_t target);
-
   std::shared_ptr<session_registry> registry_;
   const http_options& opts_;  // owned by registry_
   router& router_;
-  Stream stream_;
+  tls_stream stream_;
   beast::flat_buffer buffer_;
-  std::string head_;  // the answer's head, rendered by write()
   std::uint64_t id_ = 0;
   bool registered_ = false;
-  bool reading_ = false;               // waiting for a request: shutdown() closes at once
-  bool closing_ = false;               // close after the current answer
-  bool peer_gone_ = false;             // stream mode: the client closed its side
-  bool secured_ = false;               // TLS: the handshake finished
-  std::optional<std::uint32_t> home_;  // the shard of this loop
-  bool adopted_ = false;               // moved here from another loop
-  std::uint32_t foreign_ = 0;          // the other shard of the last answers
-  int foreign_streak_ = 0;             // answers in a row from foreign_
+  bool reading_ = false;    // waiting for a request: shutdown() closes at once
+  bool closing_ = false;    // close after the current answer
+  bool peer_gone_ = false;  // stream mode: the client closed its side
+  bool secured_ = false;    // TLS: the handshake finished
 };
 
-template <class Stream>
-void basic_session<Stream>::start() {
+void tls_session::start() {
   id_ = registry_->add(this->weak_from_this());
   registered_ = true;
   asio::co_spawn(
@@ -161,8 +133,7 @@ void basic_session<Stream>::start() {
       });
 }
 
-template <class Stream>
-void basic_session<Stream>::shutdown() {
+void tls_session::shutdown() {
   asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
     self->closing_ = true;
     if (self->reading_) {
@@ -173,9 +144,7 @@ void basic_session<Stream>::shutdown() {
   });
 }
 
-template <class Stream>
-asio::awaitable<typename basic_session<Stream>::handshake_result>
-basic_session<Stream>::handshake() {
+asio::awaitable<typename tls_session::handshake_result> tls_session::handshake() {
   auto& stats = registry_->stats();
   // One deadline for the whole handshake, from accept.
   tcp().expires_after(ms(opts_.tls_handshake_timeout_ms));
@@ -213,19 +182,16 @@ basic_session<Stream>::handshake() {
   co_return handshake_result::ok;
 }
 
-template <class Stream>
-asio::awaitable<void> basic_session<Stream>::run() {
+asio::awaitable<void> tls_session::run() {
   bool drain = false;
-  if constexpr (k_tls) {
-    auto hs_op = handshake();
-    const handshake_result hs = co_await std::move(hs_op);
-    if (hs != handshake_result::ok) {
-      auto closed = close(hs == handshake_result::answered_plain);
-      co_await std::move(closed);
-      co_return;
-    }
+  auto hs_op = handshake();
+  const handshake_result hs = co_await std::move(hs_op);
+  if (hs != handshake_result::ok) {
+    auto closed = close(hs == handshake_result::answered_plain);
+    co_await std::move(closed);
+    co_return;
   }
-  bool first = !adopted_;
+  bool first = true;
   while (!closing_ && !registry_->stopping()) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(opts_.max_body_bytes);
@@ -335,90 +301,30 @@ asio::awaitable<void> basic_session<Stream>::run() {
     r.res.keep_alive(keep);
     auto written = write(r.res);
     if (!co_await std::move(written) || !keep) break;
-    if (note_shard(r.shard) && migrate(foreign_)) co_return;
   }
   auto closed = close(drain);
   co_await std::move(closed);
 }
 
-template <class Stream>
-bool basic_session<Stream>::note_shard(std::optional<std::uint32_t> shard) {
-  if (k_tls || !opts_.migrate_connections || !home_ || !shard || *shard == *home_ ||
-      registry_->loop(*shard) == nullptr) {
-    foreign_streak_ = 0;
-    return false;
-  }
-  if (foreign_streak_ > 0 && foreign_ == *shard) {
-    ++foreign_streak_;
-  } else {
-    foreign_ = *shard;
-    foreign_streak_ = 1;
-  }
-  return foreign_streak_ >= k_migrate_after;
-}
-
-template <class Stream>
-bool basic_session<Stream>::migrate(std::uint32_t target) {
-  if constexpr (k_tls) {
-    return false;
-  } else {
-    asio::io_context* loop = registry_->loop(target);
-    auto& sock = tcp().socket();
-    beast::error_code ec;
-    const auto protocol = sock.local_endpoint(ec).protocol();
-    if (ec || loop == nullptr) return false;
-    // Nothing is in flight (between requests, no timer pending on a read
-    // or write): the socket leaves this loop's reactor with no operation.
-    tcp().expires_never();
-    const int fd = sock.release(ec);
-    if (ec) return false;
-    std::string pending = beast::buffers_to_string(buffer_.data());
-    registry_->stats().migrations.fetch_add(1, k_relaxed);
-    asio::post(*loop, [loop, fd, protocol, target, pending = std::move(pending), &rt = router_,
-                       registry = registry_]() mutable {
-      asio::ip::tcp::socket adopted(*loop);
-      beast::error_code aec;
-      adopted.assign(protocol, fd, aec);
-      if (aec) {
-        ::close(fd);
-        return;
-      }
-      start_session(std::move(adopted), rt, std::move(registry), target, std::move(pending), true);
-    });
-    return true;
-  }
-}
-
-template <class Stream>
-asio::awaitable<bool> basic_session<Stream>::write(response& res) {
+asio::awaitable<bool> tls_session::write(response& res) {
   tcp().expires_after(ms(opts_.write_timeout_ms));
-  if constexpr (k_tls) {
-    // Beast's serializer: its ssl_stream (a flat_stream) stalled on a
-    // gathered write whose second buffer is large (a 27 KB /metrics body
-    // never left), and TLS's own cost dwarfs the serializer's.
-    auto [ec, n] = co_await bhttp::async_write(stream_, res, k_tuple);
-    co_return !ec;
-  } else {
-    // One gathered write (writev) of the head, rendered into head_
-    // (reused), and the body: http/wire.hpp.
-    render_head(res, head_);
-    const std::array<asio::const_buffer, 2> bytes{asio::buffer(head_), asio::buffer(res.body())};
-    auto [ec, n] = co_await asio::async_write(stream_, bytes, k_tuple);
-    co_return !ec;
-  }
+  // Beast's serializer: its ssl_stream (a flat_stream) stalled on a
+  // gathered write whose second buffer is large (a 27 KB /metrics body
+  // never left), and TLS's own cost dwarfs the serializer's. (The plain
+  // session renders by hand: plain_session.cpp.)
+  auto [ec, n] = co_await bhttp::async_write(stream_, res, k_tuple);
+  co_return !ec;
 }
 
-template <class Stream>
-asio::awaitable<void> basic_session<Stream>::reject(const error& e, unsigned version,
-                                                    std::string request_id) {
+asio::awaitable<void> tls_session::reject(const error& e, unsigned version,
+                                          std::string request_id) {
   response res = router_.error_response(e, version, request_id);
   res.keep_alive(false);
   auto written = write(res);
   co_await std::move(written);
 }
 
-template <class Stream>
-asio::awaitable<void> basic_session<Stream>::send_stream(reply r) {
+asio::awaitable<void> tls_session::send_stream(reply r) {
   bhttp::response<bhttp::empty_body> head{r.res.result(), r.res.version()};
   for (const auto& f : r.res) head.set(f.name_string(), f.value());
   head.keep_alive(false);  // the connection ends with the stream
@@ -440,74 +346,37 @@ asio::awaitable<void> basic_session<Stream>::send_stream(reply r) {
       [self = this->shared_from_this()]() -> asio::awaitable<void> { co_await self->watch_peer(); },
       asio::detached);
 
-  std::string chunk = r.stream->take_initial();
-  while (true) {
-    if (!chunk.empty()) {
-      tcp().expires_after(ms(opts_.write_timeout_ms));
-      beast::error_code wec;
-      if (chunked) {
-        auto body = bhttp::make_chunk(asio::buffer(chunk));
-        std::tie(wec, std::ignore) = co_await asio::async_write(stream_, body, k_tuple);
-      } else {
-        std::tie(wec, std::ignore) =
-            co_await asio::async_write(stream_, asio::buffer(chunk), k_tuple);
-      }
-      if (wec) {
-        r.stream->abandon_last();
-        co_return;
-      }
-    }
-    if (peer_gone_ || closing_ || registry_->stopping()) break;
-    auto next = co_await r.stream->next();
-    if (!next.ok()) break;
-    if (peer_gone_) {
-      // The poll was parked in the core when the client left and may have
-      // leased messages to it: hand them back.
-      r.stream->abandon_last();
-      co_return;
-    }
-    chunk = std::move(*next);
-  }
-  if (peer_gone_ || !chunked) co_return;
-  tcp().expires_after(ms(opts_.write_timeout_ms));
-  auto last = bhttp::make_chunk_last();
-  auto [lec, ln] = co_await asio::async_write(stream_, last, k_tuple);
-  (void)lec;  // closing anyway
+  auto op = pump_stream(
+      stream_, *r.stream, chunked, peer_gone_, [this] { return closing_ || registry_->stopping(); },
+      [this](bool on) {
+        if (on) tcp().expires_after(ms(opts_.write_timeout_ms));
+      });
+  co_await std::move(op);
 }
 
-template <class Stream>
-asio::awaitable<void> basic_session<Stream>::watch_peer() {
+asio::awaitable<void> tls_session::watch_peer() {
   // A streaming client sends nothing more; a read that ends means it left.
-  // Plain: reads on the raw socket. TLS: through the TLS layer (records,
-  // close_notify), concurrently with the stream's writes, which Asio's SSL
-  // stream allows (one read and one write at a time).
+  // Through the TLS layer (records, close_notify), concurrently with the
+  // stream's writes, which Asio's SSL stream allows (one read and one write
+  // at a time).
   std::array<char, 1024> sink;
   while (true) {
-    beast::error_code ec;
-    if constexpr (k_tls) {
-      std::tie(ec, std::ignore) = co_await stream_.async_read_some(asio::buffer(sink), k_tuple);
-    } else {
-      std::tie(ec, std::ignore) =
-          co_await tcp().socket().async_read_some(asio::buffer(sink), k_tuple);
-    }
+    auto [ec, n] = co_await stream_.async_read_some(asio::buffer(sink), k_tuple);
     if (ec) break;
   }
   peer_gone_ = true;
 }
 
-template <class Stream>
-asio::awaitable<void> basic_session<Stream>::close(bool drain) {
-  if constexpr (k_tls) {
-    if (secured_ && !peer_gone_ && tcp().socket().is_open()) {
-      // close_notify, so that the client can tell the end of a response
-      // that ends at the close (HTTP/1.0 streams) from a cut. One-way: we
-      // do not wait for the client's own close_notify (RFC 8446 6.1 allows
-      // it), which Asio's shutdown would otherwise wait for.
-      SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
-      tcp().expires_after(std::min(ms(opts_.write_timeout_ms), k_drain_time));
-      auto [sec] = co_await stream_.async_shutdown(k_tuple);
-      (void)sec;  // closing anyway
-    }
+asio::awaitable<void> tls_session::close(bool drain) {
+  if (secured_ && !peer_gone_ && tcp().socket().is_open()) {
+    // close_notify, so that the client can tell the end of a response
+    // that ends at the close (HTTP/1.0 streams) from a cut. One-way: we
+    // do not wait for the client's own close_notify (RFC 8446 6.1 allows
+    // it), which Asio's shutdown would otherwise wait for.
+    SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
+    tcp().expires_after(std::min(ms(opts_.write_timeout_ms), k_drain_time));
+    auto [sec] = co_await stream_.async_shutdown(k_tuple);
+    (void)sec;  // closing anyway
   }
   beast::error_code ec;
   tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
@@ -531,13 +400,11 @@ void start_session(asio::ip::tcp::socket socket, router& r,
                    std::shared_ptr<session_registry> registry, std::optional<std::uint32_t> home,
                    std::string pending, bool adopted) {
   if (asio::ssl::context* tls = registry->tls()) {
-    auto s = std::make_shared<basic_session<tls_stream>>(
-        r, std::move(registry), home, std::move(pending), adopted, std::move(socket), *tls);
+    auto s = std::make_shared<tls_session>(r, std::move(registry), std::move(socket), *tls);
     s->start();
   } else {
-    auto s = std::make_shared<basic_session<plain_stream>>(
-        r, std::move(registry), home, std::move(pending), adopted, std::move(socket));
-    s->start();
+    start_plain_session(std::move(socket), r, std::move(registry), home, std::move(pending),
+                        adopted);
   }
 }
 

@@ -36,7 +36,7 @@ class ServerTest : public ::testing::Test {
     return o;
   }
 
-  ServerTest() : h_(options()), srv_(ioc_, h_.routes(), options()) {
+  explicit ServerTest(const http_options& o = options()) : h_(o), srv_(ioc_, h_.routes(), o) {
     auto ep = srv_.listen();
     EXPECT_TRUE(ep.ok());
     port_ = ep->port();
@@ -338,6 +338,61 @@ TEST_F(ServerTest, Http10StreamIsNotChunked) {
   auto lines = lines_of(body);
   ASSERT_EQ(lines.size(), 1u) << body;
   EXPECT_EQ(lines[0]["value"], "old-client");
+}
+
+// Timeouts are deadlines swept once per period on each loop (plain
+// sessions: http/plain_session.cpp), not a timer per read: a connection
+// still closes when its deadline passes, and not before.
+class ServerTimeoutTest : public ServerTest {
+ protected:
+  static http_options short_timeouts() {
+    http_options o = options();
+    o.idle_timeout_ms = 300;
+    o.header_timeout_ms = 300;
+    return o;
+  }
+  ServerTimeoutTest() : ServerTest(short_timeouts()) {}
+
+  static std::chrono::milliseconds since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t);
+  }
+};
+
+TEST_F(ServerTimeoutTest, AnIdleKeptAliveConnectionClosesAfterTheIdleTimeoutNotBefore) {
+  auto s = connect();
+  EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
+  // Each request moves the deadline: three requests 150 ms apart span
+  // more than one idle timeout on a connection that stays open.
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
+  }
+  const auto idle_since = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_server(s));
+  EXPECT_GE(since(idle_since).count(), 250);
+  EXPECT_LT(since(idle_since).count(), 5000);
+}
+
+TEST_F(ServerTimeoutTest, AStalledBodyIsCut) {
+  auto s = connect();
+  const auto started = std::chrono::steady_clock::now();
+  std::string head =
+      "POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"topic\"";
+  asio::write(s, asio::buffer(head));
+  EXPECT_TRUE(closed_by_server(s));
+  EXPECT_GE(since(started).count(), 250);
+  EXPECT_LT(since(started).count(), 5000);
+}
+
+TEST_F(ServerTimeoutTest, AStalledHeaderIsCutAndCounted) {
+  auto s = connect();
+  const auto started = std::chrono::steady_clock::now();
+  asio::write(s, asio::buffer(std::string_view("GET /v1/healthz HTTP/1.1\r\nHost: x\r\n")));
+  EXPECT_TRUE(closed_by_server(s));
+  EXPECT_GE(since(started).count(), 250);
+  EXPECT_LT(since(started).count(), 5000);
+  EXPECT_EQ(h_.routes().metrics().connections().header_timeouts.load(), 1u);
 }
 
 }  // namespace
