@@ -82,8 +82,16 @@ TEST_F(disk_full_test, writes_answer_503_until_space_is_back_then_recover_by_the
   auto health = client().get("/v1/healthz");
   EXPECT_EQ(health.status, 503u) << health.body;
   if (health.status == 503) {
-    EXPECT_EQ(health.json()["status"], "unavailable");
-    EXPECT_NE(health.json().value("reason", ""), "");
+    // The body docs/openapi.json declares for healthz's 503: the faulty
+    // shards by number, each with its reason.
+    const auto h = health.json();
+    EXPECT_EQ(h["status"], "unavailable");
+    EXPECT_NE(h.value("reason", ""), "");
+    ASSERT_TRUE(h.contains("shards") && h["shards"].is_array()) << health.body;
+    ASSERT_EQ(h["shards"].size(), 1u) << health.body;
+    EXPECT_EQ(h["shards"][0]["shard"], 0);
+    EXPECT_NE(h["shards"][0].value("reason", ""), "");
+    EXPECT_EQ(h.size(), 3u) << health.body;
   }
   auto metrics = client().get("/metrics");
   EXPECT_EQ(metrics.status, 200u) << metrics.body.substr(0, 400);
