@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "storage/base/bytes.hpp"
+
 namespace onceq::storage {
 namespace {
 
@@ -33,90 +35,24 @@ std::uint64_t get_be64(std::string_view s) {
   return v;
 }
 
-// Little-endian fixed and varint writer/reader for record values.
-class writer {
+// Record values: a version byte (after the expiry for records the
+// compaction filter reads), then storage/base/bytes.hpp's encoding.
+class writer : public byte_writer {
  public:
-  writer() { out_.push_back(static_cast<char>(k_format_version)); }
+  writer() { byte(k_format_version); }
   struct versioned {
     std::uint8_t v;
   };
-  explicit writer(versioned v) { out_.push_back(static_cast<char>(v.v)); }
+  explicit writer(versioned v) { byte(v.v); }
   explicit writer(millis expires_at, std::uint8_t version = k_format_version) {
     fixed64(static_cast<std::uint64_t>(expires_at));
-    out_.push_back(static_cast<char>(version));
+    byte(version);
   }
-  void fixed64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
-  }
-  void varint(std::uint64_t v) {
-    while (v >= 0x80) {
-      out_.push_back(static_cast<char>(v | 0x80));
-      v >>= 7;
-    }
-    out_.push_back(static_cast<char>(v));
-  }
-  // Signed values zig-zag encoded (-1 is the common "unset").
-  void svarint(std::int64_t v) {
-    varint((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
-  }
-  void str(std::string_view s) {
-    varint(s.size());
-    out_.append(s);
-  }
-  void byte(std::uint8_t b) { out_.push_back(static_cast<char>(b)); }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
 };
 
-class reader {
+class reader : public byte_reader {
  public:
-  explicit reader(std::string_view in) : in_(in) {}
-  bool fixed64(std::uint64_t& v) {
-    if (in_.size() < 8) return fail();
-    v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(in_[i]);
-    in_.remove_prefix(8);
-    return true;
-  }
-  bool varint(std::uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift <= 63; shift += 7) {
-      if (in_.empty()) return fail();
-      auto b = static_cast<std::uint8_t>(in_[0]);
-      in_.remove_prefix(1);
-      v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return fail();
-  }
-  template <class T>
-  bool uvar(T& out) {
-    std::uint64_t v;
-    if (!varint(v)) return false;
-    out = static_cast<T>(v);
-    return true;
-  }
-  bool svarint(std::int64_t& out) {
-    std::uint64_t v;
-    if (!varint(v)) return false;
-    out = static_cast<std::int64_t>((v >> 1) ^ (~(v & 1) + 1));
-    return true;
-  }
-  bool str(std::string& s) {
-    std::uint64_t n;
-    if (!varint(n) || n > in_.size()) return fail();
-    s.assign(in_.data(), n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  bool byte(std::uint8_t& b) {
-    if (in_.empty()) return fail();
-    b = static_cast<std::uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return true;
-  }
+  using byte_reader::byte_reader;
   bool version() {
     std::uint8_t v;
     return byte(v) && v == k_format_version;
@@ -125,15 +61,6 @@ class reader {
   bool version_in(std::uint8_t lo, std::uint8_t hi, std::uint8_t& v) {
     return byte(v) && v >= lo && v <= hi;
   }
-  bool ok() const { return ok_; }
-
- private:
-  bool fail() {
-    ok_ = false;
-    return false;
-  }
-  std::string_view in_;
-  bool ok_ = true;
 };
 
 error corrupt(std::string_view what) {

@@ -1,5 +1,6 @@
-// libFuzzer target: any bytes as a stored value and as a stored key, fed to
-// every decoder of storage/schema.hpp (a corrupt or foreign record must be
+// libFuzzer target: any bytes as a stored value, as a stored key and as a
+// replicated log entry, fed to every decoder of storage/schema.hpp and to
+// broker/log_entry.hpp's (a corrupt or foreign record must be
 // an error, never a crash), and where a decoder accepts, its round trip:
 // encode(decode(x)) decodes to the same record, and a parsed key re-encodes
 // to the same bytes. (encode(decode(x)) == x does not hold: decoders accept
@@ -9,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "broker/log_entry.hpp"
 #include "storage/schema.hpp"
 
 using namespace onceq::storage;
@@ -50,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto r = decode_dedup(in); r.ok()) {
     round_trip(decode_dedup, *r);
     check(expires_at_of(in) == r->expires_at_ms);
+  }
+  if (auto e = onceq::decode_entry(in); e.ok()) {
+    const std::string once = onceq::encode_entry(*e);
+    auto again = onceq::decode_entry(once);
+    check(again.ok());
+    check(onceq::encode_entry(*again) == once);
   }
   if (auto r = decode_u64(in); r.ok()) {
     auto again = decode_u64(encode_u64(*r));
