@@ -3,14 +3,17 @@
 // One HTTP/1.1 connection, plain or TLS: reads requests one after another
 // (keep-alive; pipelined requests are answered in order), hands each to the
 // router and writes its answer, or streams chunked NDJSON for a streamed
-// consume. Plain and TLS sessions are one template over the stream type
-// (session.cpp), so they share every rule below.
+// consume. Plain sessions are callbacks (plain_session.cpp, the hot path),
+// TLS sessions coroutines over Beast's ssl_stream (session.cpp); both keep
+// every rule below.
 //
 // Limits (http_options): max_body_bytes -> 413 PAYLOAD_TOO_LARGE, then
 // close; max_header_bytes -> 400, then close; header_timeout_ms for a
 // request's header block (from the connection's start, or from the first
 // byte of a later request), then close without an answer; idle_timeout_ms
-// between requests and per read of a body; write_timeout_ms per write.
+// between requests and per read of a body; write_timeout_ms per write
+// (plain sessions check these deadlines in a per-loop sweep: up to one
+// sweep period late, http/deadline_sweep.hpp).
 // Malformed HTTP gets 400 and the connection closes. "Expect: 100-continue"
 // is answered before the body is read.
 //
@@ -19,8 +22,8 @@
 // closing TLS connection sends close_notify.
 //
 // Threading: everything runs on the session's strand (the socket's
-// executor); the router's runner calls complete back onto it. shutdown()
-// may be called from any thread.
+// executor); the router's answers complete back onto it. shutdown() may be
+// called from any thread.
 
 #include <cstdint>
 #include <memory>
