@@ -336,6 +336,15 @@ struct rocksdb_store::impl {
   std::atomic<bool> watch_stalls_{false};       // watch_write_stalls()
   std::atomic<std::uint64_t> write_stalls_{0};  // writes that stalled
   bool sync_failed_ = false;                    // a SyncWAL failed; cleared by resume() (db_mu_)
+  // The WAL is buffered in memory (manual_wal_flush) and written to its
+  // file once per round of callbacks, not once per write: the writes of a
+  // shard's loop iteration reach the file with one write(2). flushed_writes_
+  // is writes_ as of the last flush of the writer's side (flush_mu_).
+  std::mutex flush_mu_;
+  std::uint64_t flushed_writes_ = 0;
+  // A write of the WAL buffer failed: nothing is promised again until
+  // resume() (as after a failed sync).
+  std::atomic<bool> wal_write_failed_{false};
 
   rocksdb::ColumnFamilyHandle* cf(column c) const { return cfs_[static_cast<int>(c)]; }
 
@@ -388,6 +397,24 @@ struct rocksdb_store::impl {
 
   // ---- syncer -----------------------------------------------------------
 
+  // Writes the WAL's buffer to its file (no sync): every write that
+  // returned before this call then survives a kill -9 (the OS page cache
+  // keeps it). A failure faults the store like a failed write.
+  result<void> flush_wal() {
+    std::lock_guard lk(flush_mu_);
+    const std::uint64_t seen = writes_.load(std::memory_order_acquire);
+    if (seen == flushed_writes_) return {};
+    if (!db_ || wal_write_failed_.load(std::memory_order_acquire)) return fault_error();
+    const rocksdb::Status s = db_->FlushWAL(false);
+    if (!s.ok()) {
+      wal_write_failed_.store(true, std::memory_order_release);
+      set_fault("wal write failed: " + s.ToString());
+      return fault_error();
+    }
+    flushed_writes_ = seen;
+    return {};
+  }
+
   // Makes every write that returned before this call durable. It syncs even
   // while the store refuses writes: a fault from a flush or compaction (disk
   // full) leaves the WAL working, and writes that reached it before the fault
@@ -403,9 +430,10 @@ struct rocksdb_store::impl {
     // After a failed fsync a later one may "succeed" over pages the kernel
     // already dropped (PostgreSQL's fsyncgate): nothing is promised again
     // until resume() has made the data durable another way.
-    if (sync_failed_) return fault_error();
+    if (sync_failed_ || wal_write_failed_.load(std::memory_order_acquire)) return fault_error();
     const auto started = std::chrono::steady_clock::now();
-    const rocksdb::Status s = db_->SyncWAL();
+    // The buffered WAL (manual_wal_flush) is written, then synced.
+    const rocksdb::Status s = db_->FlushWAL(true);
     stats_.observe(std::chrono::steady_clock::now() - started);
     if (!s.ok()) {
       sync_failed_ = true;
@@ -477,7 +505,9 @@ struct rocksdb_store::impl {
     if (default_cf_ != nullptr) (void)db_->DestroyColumnFamilyHandle(default_cf_);
     default_cf_ = nullptr;
     // Swallowed: after a fault Close reports it again; on a clean close the
-    // WAL was synced before.
+    // WAL was synced before. What is still in the WAL's buffer (writes not
+    // answered yet) goes to the file first.
+    (void)db_->FlushWAL(false);
     (void)db_->Close();
     db_.reset();
   }
@@ -499,10 +529,11 @@ struct rocksdb_store::impl {
         // here makes the writes whose sync failed durable in SST files and
         // switches to a new WAL; the sync then proves the WAL works.
         s = flush_all();
-        if (s.ok()) s = db_->SyncWAL();
+        if (s.ok()) s = db_->FlushWAL(true);
         if (s.ok()) {
           synced_writes_ = writes_.load(std::memory_order_acquire);
           sync_failed_ = false;
+          wal_write_failed_.store(false, std::memory_order_release);
           clear_fault("resumed in place");
           return resume_outcome::resumed;
         }
@@ -528,6 +559,7 @@ struct rocksdb_store::impl {
     }
     synced_writes_ = writes_.load(std::memory_order_acquire);
     sync_failed_ = false;
+    wal_write_failed_.store(false, std::memory_order_release);
     clear_fault("reopened");
     return resume_outcome::reopened;
   }
@@ -547,6 +579,11 @@ struct rocksdb_store::impl {
     // Two cores' worth of flushes and compactions; the broker thread and the
     // syncer need the rest.
     o.max_background_jobs = 2;
+    // The WAL is written to its file by flush_wal() / FlushWAL(true) once
+    // per round of answers, not by every Write (one write(2) per loop
+    // iteration instead of one per command; docs/BENCHMARKS.md, "One WAL
+    // write per iteration"). Nothing is answered before its flush.
+    o.manual_wal_flush = true;
     o.keep_log_file_num = 5;
     // A WAL file is deleted only when every column family with data in it
     // has flushed. meta (cursors) sees a steady trickle of small writes and
@@ -823,9 +860,11 @@ result<std::string> rocksdb_store::last_key(column c, std::string_view begin,
 
 void rocksdb_store::when_durable(std::function<void(result<void>)> done) {
   if (p_->opts_.fsync.kind != fsync_policy::mode::always) {
-    // The policy does not wait for the disk, and promises nothing more
-    // during a fault: writes are refused then, reads are answered.
-    done({});
+    // The policy does not wait for the disk, but what is answered reaches
+    // the WAL's file first (one write for the round), so that it survives
+    // a kill -9. It promises nothing more during a fault: writes are
+    // refused then, reads are answered.
+    done(p_->flush_wal());
     return;
   }
   {

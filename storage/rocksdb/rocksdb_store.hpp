@@ -46,11 +46,14 @@ struct storage_options {
 // storage::store on RocksDB: one column family per storage::column, bloom
 // filters on point-lookup families, a compaction filter that drops expired
 // key_record / dedup_record values (expires_at_of), and group commit:
-// write() is a WAL-logged Write without sync; a syncer thread calls
-// SyncWAL() once for all when_durable() callbacks that queued up while the
-// previous sync ran, then runs them in order. Under fsync=interval the syncer
-// syncs every interval and when_durable answers at once; under none it never
-// syncs (data still survives kill -9 via the OS page cache).
+// write() appends to the WAL's buffer in memory (manual_wal_flush) without
+// writing its file; a syncer thread calls FlushWAL(true) (one write of the
+// buffer, one sync) once for all when_durable() callbacks that queued up
+// while the previous sync ran, then runs them in order. Under
+// fsync=interval and none, when_durable writes the buffer (FlushWAL(false))
+// and answers at once; interval also syncs every interval. What
+// when_durable answered survives kill -9 (the OS page cache) under every
+// policy.
 //
 // Faults: a failed Write or SyncWAL, or a background flush that RocksDB
 // reports as a hard error (an EventListener), makes health() not writable

@@ -106,6 +106,16 @@ class rocksdb_store_test : public ::testing::Test {
   }
   void reopen() { open(policy_of_last_open_); }
 
+  // The store's round: the WAL's buffer is written (and synced under
+  // always) before when_durable answers.
+  void wait_durable() {
+    std::promise<result<void>> p;
+    auto f = p.get_future();
+    store_->when_durable([&p](result<void> r) { p.set_value(std::move(r)); });
+    auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.err().message;
+  }
+
   void put(column c, std::string k, std::string v) {
     batch b;
     b.put(c, std::move(k), std::move(v));
@@ -417,13 +427,19 @@ TEST(rocksdb_store_kill_child, DISABLED_write_then_die) {
     b.put(column::meta, "head", encode_u64(off));
     if (!s.write(b).ok()) ::_exit(3);
   }
+  // What the shard's loop does before it answers a round: under none,
+  // when_durable writes the WAL's buffer to its file and answers at once.
+  bool answered = false;
+  s.when_durable([&answered](result<void> r) { answered = r.ok(); });
+  if (!answered) ::_exit(5);
   ::kill(::getpid(), SIGKILL);
   ::_exit(4);
 }
 
 // A process killed without closing the store (kill -9) loses nothing that
-// write() returned, even without any fsync: the WAL is written with write(2)
-// before write() returns, and the OS page cache outlives the process.
+// when_durable() answered, even without any fsync: the WAL's buffer is
+// written with write(2) before it answers (once for all the writes before
+// it), and the OS page cache outlives the process.
 TEST_F(rocksdb_store_test, writes_survive_kill_9_without_fsync) {
   const storage_options o = options(fsync_policy{fsync_policy::mode::none, 0});
 
@@ -511,6 +527,7 @@ TEST_F(rocksdb_store_test, disk_bytes_counts_wal_and_sst_files) {
   batch b;
   b.put(column::messages, "big", std::string(100'000, 'x'));
   ASSERT_TRUE(store_->write(b).ok());
+  wait_durable();  // the WAL's buffer reaches its file
   const auto with_wal = store_->disk_bytes();
   EXPECT_GE(with_wal, before + 1'000);  // the WAL holds it (LZ4 may shrink it in SSTs only)
   ASSERT_TRUE(store_->compact_all().ok());
@@ -538,6 +555,7 @@ TEST_F(rocksdb_store_test, the_open_wal_has_zeros_ahead_and_a_clean_close_trims_
   o.wal_prezero_bytes = 1u << 20;
   open_with(o);
   put(column::messages, "m", std::string(1000, 'x'));
+  wait_durable();
   auto open_sizes = wal_sizes(o.data_dir);
   ASSERT_EQ(open_sizes.size(), 1u);
   EXPECT_GE(open_sizes[0], 1u << 20);  // one write of ~1 KB, at least a chunk of zeros
