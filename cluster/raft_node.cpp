@@ -54,6 +54,19 @@ op_result fail(raft_errc code, std::string message, std::string leader = {}) {
   return r;
 }
 
+// Runs a caller's callback. They run inside raft's C callbacks, which an
+// exception must not cross: one is logged and dropped.
+void deliver(op_cb& cb, op_result r) noexcept {
+  if (!cb) return;
+  try {
+    cb(std::move(r));
+  } catch (const std::exception& e) {
+    log(log_level::error, k_log, "a raft_node callback threw; ignored", {{"error", e.what()}});
+  } catch (...) {
+    log(log_level::error, k_log, "a raft_node callback threw; ignored");
+  }
+}
+
 raft_errc code_of(int rv) {
   switch (rv) {
     case RAFT_NOTLEADER:
@@ -153,6 +166,7 @@ class raft_node::impl {
     // Transfers whose callback fired before this node knew the new leader.
     std::vector<transfer_op*> settling;
     std::string failure;
+    std::uint64_t next_shed_ms = 0;  // a failed leader's next attempt to hand over
     std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
     std::vector<struct raft_buffer> bufs;  // scratch for raft_apply
   };
@@ -473,7 +487,7 @@ class raft_node::impl {
       cbs.push_back(std::move(t->cb));
       delete t;
     }
-    for (auto& cb : cbs) cb(fail(raft_errc::shutting_down, "the raft node is stopping"));
+    for (auto& cb : cbs) deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
   }
 
   // ---- The loop: wake-ups ----
@@ -508,7 +522,7 @@ class raft_node::impl {
   void submit(group& g, std::vector<proposal>& q) {
     if (q.empty()) return;
     if (g.closing) {
-      for (auto& p : q) p.cb(fail(raft_errc::shutting_down, "the raft node is stopping"));
+      for (auto& p : q) deliver(p.cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
       return;
     }
     if (raft_state(&g.r) != RAFT_LEADER || g.r.transfer != nullptr) {
@@ -517,7 +531,11 @@ class raft_node::impl {
           g.r.transfer != nullptr
               ? fmt::format("group {}: leadership is being transferred", g.index)
               : fmt::format("group {}: this node is not the leader", g.index);
-      for (auto& p : q) p.cb(fail(raft_errc::not_leader, why, leader));
+      for (auto& p : q) deliver(p.cb, fail(raft_errc::not_leader, why, leader));
+      return;
+    }
+    if (!g.failure.empty()) {
+      for (auto& p : q) deliver(p.cb, fail(raft_errc::failed, failed_why(g)));
       return;
     }
     std::size_t i = 0;
@@ -544,7 +562,7 @@ class raft_node::impl {
       if (base == nullptr) {
         for (std::size_t m = 0; m < k; ++m) raft_free(g.bufs[m].base);
         for (std::size_t m = from; m < to; ++m) {
-          q[m].cb(fail(raft_errc::failed, "out of memory"));
+          deliver(q[m].cb, fail(raft_errc::failed, "out of memory"));
         }
         return;
       }
@@ -572,7 +590,7 @@ class raft_node::impl {
       const std::string why = fmt::format("group {}: raft_apply: {}", g.index, raft_strerror(rv));
       std::vector<op_cb> cbs = std::move(b->cbs);
       delete b;
-      for (auto& cb : cbs) cb(fail(code_of(rv), why, leader));
+      for (auto& cb : cbs) deliver(cb, fail(code_of(rv), why, leader));
       return;
     }
     b->first = b->req.index;
@@ -599,7 +617,7 @@ class raft_node::impl {
       cb = nullptr;
     }
     b.unresolved = 0;
-    for (auto& cb : cbs) cb(fail(code, why));
+    for (auto& cb : cbs) deliver(cb, fail(code, why));
   }
 
   void pop_settled(group& g) {
@@ -675,7 +693,7 @@ class raft_node::impl {
     if (cb) {
       op_result r;
       r.reply = std::move(reply);
-      cb(std::move(r));
+      deliver(cb, std::move(r));
     }
     return 0;
   }
@@ -728,21 +746,36 @@ class raft_node::impl {
     return 0;
   }
 
+  // The state machine failed here: this replica applies nothing more
+  // (until a snapshot replaces its state or a restart replays the log).
+  // What it proposed cannot be answered; a leader hands its leadership over
+  // (after_iteration) so that the group keeps serving.
   void set_failure(group& g, std::string why) {
     log(log_level::error, k_log, "state machine failed; the group stops applying on this node",
         {log_number("group", g.index), {"error", why}});
     g.failure = std::move(why);
+    g.next_shed_ms = 0;
+    const std::string answer = failed_why(g);
+    for (batch* b : g.inflight) fail_batch(*b, raft_errc::failed, answer);
+  }
+
+  static std::string failed_why(const group& g) {
+    return fmt::format(
+        "group {}: this replica's state machine failed ({}); its entries in flight "
+        "may still be applied by the others",
+        g.index, g.failure);
   }
 
   // ---- Barrier and transfer ----
 
   void start_barrier(group& g, op_cb cb) {
-    if (g.closing) return cb(fail(raft_errc::shutting_down, "the raft node is stopping"));
+    if (g.closing) return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
     if (raft_state(&g.r) != RAFT_LEADER) {
-      return cb(fail(raft_errc::not_leader,
-                     fmt::format("group {}: this node is not the leader", g.index),
-                     leader_name(g)));
+      return deliver(
+          cb, fail(raft_errc::not_leader,
+                   fmt::format("group {}: this node is not the leader", g.index), leader_name(g)));
     }
+    if (!g.failure.empty()) return deliver(cb, fail(raft_errc::failed, failed_why(g)));
     auto* op = new barrier_op;
     op->req.data = op;
     op->node = this;
@@ -750,8 +783,9 @@ class raft_node::impl {
     if (int rv = raft_barrier(&g.r, &op->req, &impl::on_barrier); rv != 0) {
       op_cb done = std::move(op->cb);
       delete op;
-      done(fail(code_of(rv), fmt::format("group {}: raft_barrier: {}", g.index, raft_strerror(rv)),
-                rv == RAFT_NOTLEADER ? leader_name(g) : std::string()));
+      deliver(done, fail(code_of(rv),
+                         fmt::format("group {}: raft_barrier: {}", g.index, raft_strerror(rv)),
+                         rv == RAFT_NOTLEADER ? leader_name(g) : std::string()));
     }
   }
 
@@ -759,16 +793,16 @@ class raft_node::impl {
     auto* op = static_cast<barrier_op*>(req->data);
     op_cb cb = std::move(op->cb);
     delete op;
-    if (status == 0) return cb(op_result{});
-    cb(fail(code_of(status), fmt::format("barrier: {}", raft_strerror(status))));
+    if (status == 0) return deliver(cb, op_result{});
+    deliver(cb, fail(code_of(status), fmt::format("barrier: {}", raft_strerror(status))));
   }
 
   void start_transfer(group& g, ::raft_id target, op_cb cb) {
-    if (g.closing) return cb(fail(raft_errc::shutting_down, "the raft node is stopping"));
+    if (g.closing) return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
     if (raft_state(&g.r) != RAFT_LEADER) {
-      return cb(fail(raft_errc::not_leader,
-                     fmt::format("group {}: this node is not the leader", g.index),
-                     leader_name(g)));
+      return deliver(
+          cb, fail(raft_errc::not_leader,
+                   fmt::format("group {}: this node is not the leader", g.index), leader_name(g)));
     }
     auto* op = new transfer_op;
     op->req.data = op;
@@ -777,8 +811,8 @@ class raft_node::impl {
     if (int rv = raft_transfer(&g.r, &op->req, target, &impl::on_transfer); rv != 0) {
       op_cb done = std::move(op->cb);
       delete op;
-      done(fail(rv == RAFT_NOTLEADER ? raft_errc::not_leader : raft_errc::failed,
-                fmt::format("group {}: raft_transfer: {}", g.index, raft_strerror(rv))));
+      deliver(done, fail(rv == RAFT_NOTLEADER ? raft_errc::not_leader : raft_errc::failed,
+                         fmt::format("group {}: raft_transfer: {}", g.index, raft_strerror(rv))));
     }
   }
 
@@ -792,7 +826,7 @@ class raft_node::impl {
     if (g.closing) {
       op_cb cb = std::move(op->cb);
       delete op;
-      return cb(fail(raft_errc::shutting_down, "the raft node is stopping"));
+      return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
     }
     op->deadline_ms = uv_now(&g.node->loop_) + g.node->opts_.election_timeout_ms * 2;
     if (!g.node->settle_transfer(g, *op)) g.settling.push_back(op);
@@ -825,7 +859,7 @@ class raft_node::impl {
     }
     op_cb cb = std::move(op.cb);
     delete &op;
-    cb(std::move(r));
+    deliver(cb, std::move(r));
     return true;
   }
 
@@ -836,6 +870,16 @@ class raft_node::impl {
   void after_iteration() {
     for (auto& g : groups_) {
       if (g->closing) continue;
+      if (!g->failure.empty() && raft_state(&g->r) == RAFT_LEADER && g->r.transfer == nullptr &&
+          uv_now(&loop_) >= g->next_shed_ms) {
+        g->next_shed_ms = uv_now(&loop_) + opts_.election_timeout_ms;
+        const unsigned index = g->index;
+        start_transfer(*g, 0, [index](op_result r) {
+          log(r.ok() ? log_level::info : log_level::warn, k_log,
+              "a failed replica handed over its leadership",
+              {log_number("group", index), {"result", r.ok() ? r.leader : r.message}});
+        });
+      }
       fail_stale(*g);
       pop_settled(*g);
       if (!g->settling.empty()) {

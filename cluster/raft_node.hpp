@@ -58,7 +58,8 @@ class state_machine {
   // last snapshot it restored, so a state that outlives the process (RocksDB)
   // must skip indexes it already holds. Must be deterministic. An exception
   // stalls the group on this node (it keeps voting but applies nothing
-  // more; group_status::failure says why).
+  // more; group_status::failure says why; a leader hands its leadership to
+  // another voter) until a snapshot from the leader or a restart.
   virtual std::string apply(std::uint64_t index, std::string_view entry) = 0;
 
   // The whole state as bytes (raft's snapshot threshold decides when).
@@ -82,7 +83,9 @@ enum class raft_errc : int {
   // The node is stopping; entries in flight have an unknown outcome.
   shutting_down = 3,
   // Anything else raft refused (message says what), e.g. a transfer to a
-  // node that is not a voter, or a transfer that timed out.
+  // node that is not a voter, or a transfer that timed out; or this
+  // replica's state machine failed (group_status::failure), in which case
+  // entries in flight may still be applied by the other replicas.
   failed = 4,
 };
 
@@ -97,7 +100,8 @@ struct op_result {
   bool ok() const noexcept { return code == raft_errc::ok; }
 };
 
-// Called once, on the node's loop thread.
+// Called once, on the node's loop thread; must not block, and an exception
+// it throws is logged and dropped.
 using op_cb = std::function<void(op_result)>;
 
 struct raft_node_options {
