@@ -18,6 +18,7 @@ extern "C" {
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -83,7 +84,7 @@ raft_errc code_of(int rv) {
 // What one published status holds; copied out by status().
 struct published {
   ::raft_id leader = 0;
-  bool is_leader = false;
+  bool is_leader = false, leader_ready = false;
   std::uint64_t term = 0, commit_index = 0, last_applied = 0, last_index = 0;
   std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
   std::string failure;
@@ -137,7 +138,6 @@ class raft_node::impl {
 
   struct barrier_op {
     struct raft_barrier req {};
-    impl* node = nullptr;
     op_cb cb;
   };
 
@@ -167,6 +167,9 @@ class raft_node::impl {
     std::vector<transfer_op*> settling;
     std::string failure;
     std::uint64_t next_shed_ms = 0;  // a failed leader's next attempt to hand over
+    // The term whose opening barrier was sent, and the term whose opening
+    // barrier this node applied while leading it (leader_ready).
+    ::raft_term barrier_term = 0, ready_term = 0;
     std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
     std::vector<struct raft_buffer> bufs;  // scratch for raft_apply
   };
@@ -217,7 +220,12 @@ class raft_node::impl {
       }
     }
     publish();
-    thread_ = std::thread([this] { run(); });
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {
+      shutdown_inline();
+      return make_error(errc::unavailable, fmt::format("raft loop thread: {}", e.what()));
+    }
     return {};
   }
 
@@ -328,6 +336,7 @@ class raft_node::impl {
     group_status s;
     if (const node_config* n = cfg_.node_of(p.leader)) s.leader = n->id;
     s.is_leader = p.is_leader;
+    s.leader_ready = p.leader_ready;
     s.term = p.term;
     s.commit_index = p.commit_index;
     s.last_applied = p.last_applied;
@@ -778,7 +787,6 @@ class raft_node::impl {
     if (!g.failure.empty()) return deliver(cb, fail(raft_errc::failed, failed_why(g)));
     auto* op = new barrier_op;
     op->req.data = op;
-    op->node = this;
     op->cb = std::move(cb);
     if (int rv = raft_barrier(&g.r, &op->req, &impl::on_barrier); rv != 0) {
       op_cb done = std::move(op->cb);
@@ -863,6 +871,33 @@ class raft_node::impl {
     return true;
   }
 
+  // A new leader appends a barrier at once: when it is applied, everything
+  // committed before this term is applied here (leader_ready: the moment a
+  // leader may serve reads of committed state, docs/REPLICATION.md). It
+  // also gets an entry of the current term committed as early as possible,
+  // which narrows (does not close) the window of raft 0.15's commit of
+  // earlier terms' entries by counting replicas (canonical/raft#220).
+  void open_term(group& g) {
+    if (raft_state(&g.r) != RAFT_LEADER || g.r.transfer != nullptr || !g.failure.empty() ||
+        g.barrier_term == g.r.current_term) {
+      return;
+    }
+    const ::raft_term term = g.r.current_term;
+    g.barrier_term = term;
+    group* gp = &g;
+    auto* op = new barrier_op;
+    op->req.data = op;
+    op->cb = [gp, term](op_result r) {
+      if (r.ok() && raft_state(&gp->r) == RAFT_LEADER && gp->r.current_term == term) {
+        gp->ready_term = term;
+      }
+    };
+    if (int rv = raft_barrier(&g.r, &op->req, &impl::on_barrier); rv != 0) {
+      delete op;
+      g.barrier_term = 0;  // the next iteration tries again
+    }
+  }
+
   // ---- Once per loop iteration ----
 
   static void on_check(uv_check_t* h) { static_cast<impl*>(h->data)->after_iteration(); }
@@ -880,6 +915,7 @@ class raft_node::impl {
               {log_number("group", index), {"result", r.ok() ? r.leader : r.message}});
         });
       }
+      open_term(*g);
       fail_stale(*g);
       pop_settled(*g);
       if (!g->settling.empty()) {
@@ -901,6 +937,7 @@ class raft_node::impl {
       const char* address = nullptr;
       raft_leader(&g->r, &p.leader, &address);
       p.is_leader = raft_state(&g->r) == RAFT_LEADER;
+      p.leader_ready = p.is_leader && g->ready_term == g->r.current_term;
       p.term = g->r.current_term;
       p.commit_index = g->r.commit_index;
       p.last_applied = raft_last_applied(&g->r);

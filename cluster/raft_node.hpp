@@ -132,6 +132,10 @@ struct raft_node_options {
 struct group_status {
   std::string leader;      // node id of the leader this node knows, "" when none
   bool is_leader = false;  // this node leads the group
+  // is_leader, and the barrier this node appended when its term began is
+  // applied here: every entry committed before the term is applied (the
+  // moment a leader may answer reads of committed state).
+  bool leader_ready = false;
   std::uint64_t term = 0;  // raft's current term on this node
   std::uint64_t commit_index = 0;
   std::uint64_t last_applied = 0;        // last index applied to the state machine here

@@ -687,6 +687,10 @@ TEST_F(cluster_test, barrier_and_transfer_on_the_leader) {
   ASSERT_TRUE(l);
   propose_all(*l, {"a"});
 
+  // A leader appends a barrier as its term begins; once applied it is ready.
+  EXPECT_TRUE(eventually([&] { return status_of(*l).leader_ready; }));
+  EXPECT_FALSE(status_of((*l + 1) % 3).leader_ready);
+
   auto p = std::make_shared<std::promise<op_result>>();
   auto fut = p->get_future();
   ASSERT_TRUE(node(*l).barrier(0, [p](op_result r) { p->set_value(std::move(r)); }).ok());
@@ -708,6 +712,8 @@ TEST_F(cluster_test, barrier_and_transfer_on_the_leader) {
     return l2 && fmt::format("n{}", *l2 + 1) == tr.leader;
   }));
   ASSERT_TRUE(l2);
+  EXPECT_TRUE(eventually([&] { return status_of(*l2).leader_ready; }));
+  EXPECT_FALSE(status_of(*l).leader_ready);
   propose_all(*l2, {"b"});
   expect_everywhere({"a", "b"});
 }
