@@ -24,8 +24,10 @@
 // On disk: <data_dir>/raft/<group>/ is raft_uv's directory of the group
 // (metadata1/2, segments, snapshot-*), created when missing;
 // <data_dir>/raft/identity records the node id and raft id the directory
-// belongs to. raft_uv fsyncs every append before it is acknowledged, so a
-// kill -9 leaves a directory that restarts with every committed entry.
+// belongs to. raft_uv syncs every append before it is acknowledged, so a
+// kill -9 leaves a directory that restarts with every acknowledged entry.
+// Entries are stored padded to a multiple of 8 bytes (raft 0.15 needs it,
+// see README.md); apply() sees them as proposed.
 
 #include <cstdint>
 #include <functional>
@@ -40,7 +42,9 @@
 namespace onceq::cluster {
 
 // The replicated state machine of one group, implemented by the user.
-// Every member runs on the node's loop thread, one call at a time.
+// Every member runs on the node's loop thread, one call at a time; only
+// during raft_node::start (a snapshot of its own restored at once) does
+// restore() run on start's caller.
 //
 // Limitation of raft 0.15: a snapshot travels as one memory buffer (taken
 // on the loop, written by raft_uv, sent whole to a follower that is too far
@@ -151,8 +155,8 @@ class raft_node {
   // Starts every group: creates <data_dir>/raft/<g>/, bootstraps a group
   // with every node of cfg as a voter on its first start, starts raft and
   // the loop thread. machines[g] is group g's state machine; each must
-  // outlive the node. Raft may call restore() and apply() before start
-  // returns (a local snapshot is restored at once).
+  // outlive the node. Raft may call restore() on this thread before start
+  // returns (a snapshot of the node's own is restored at once).
   // Errors: errc::invalid_argument (options, machines.size() != groups,
   // ports that do not fit, a data dir of another node), errc::unavailable
   // (a directory or raft could not be set up: the message has raft's
@@ -167,7 +171,7 @@ class raft_node {
   // Queues entry for group g. On the leader it is appended (with whatever
   // else was queued) and cb gets state_machine::apply's reply for it once a
   // majority has it and this node applied it; otherwise cb gets not_leader
-  // (with the leader), leadership_lost or shutting_down.
+  // (with the leader), leadership_lost, shutting_down or failed.
   // Errors (cb is then never called): errc::invalid_argument (no group g,
   // an empty or too large entry), errc::resource_exhausted (max_queued),
   // errc::unavailable (stopped).
@@ -175,7 +179,8 @@ class raft_node {
 
   // raft_barrier: cb gets ok once every entry appended before it is applied
   // on this node (the leader's way to serve reads of committed state after
-  // an election). Errors as propose().
+  // an election; a new leader also does it by itself, see leader_ready).
+  // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
   result<void> barrier(unsigned g, op_cb cb);
 
   // raft_transfer: hands the leadership of group g to to_node ("" lets raft
