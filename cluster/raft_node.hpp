@@ -1,0 +1,218 @@
+#pragma once
+
+// raft_node: every Raft group of one node, on one libuv loop thread.
+//
+// A group is one Raft instance of canonical raft 0.15 (raft_uv for the log,
+// the snapshots and TCP), one per shard (docs/REPLICATION.md). Every node
+// of the cluster file runs the same groups 0..groups-1; each group's voters
+// are all the nodes of the file, bootstrapped on a node's first start.
+//
+// Threads. The node owns one thread ("onceq-raft") running a libuv loop
+// that owns every raft instance; nothing else touches them. The public
+// members may be called from any thread (except stop() and the destructor,
+// which must not be called from the loop thread, i.e. from a callback).
+// Everything a caller asks crosses once: it is queued under a mutex and the
+// loop is woken with uv_async_send. All callbacks (propose, barrier,
+// transfer) and every state_machine call run on the loop thread: they must
+// not block; a shard's loop posts the answer back to itself.
+//
+// Group commit. Every proposal queued for a group when the loop wakes goes
+// to raft as one raft_apply with n buffers (up to max_batch_entries /
+// max_batch_bytes per call): one append and one fsync per replica, one
+// round trip, for the whole batch.
+//
+// On disk: <data_dir>/raft/<group>/ is raft_uv's directory of the group
+// (metadata1/2, segments, snapshot-*), created when missing;
+// <data_dir>/raft/identity records the node id and raft id the directory
+// belongs to. raft_uv syncs every append before it is acknowledged, so a
+// kill -9 leaves a directory that restarts with every acknowledged entry.
+// Entries are stored padded to a multiple of 8 bytes (raft 0.15 needs it,
+// see README.md); apply() sees them as proposed.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/config.hpp"
+#include "storage/base/result.hpp"
+
+namespace onceq::cluster {
+
+// The replicated state machine of one group, implemented by the user.
+// Every member runs on the node's loop thread, one call at a time; only
+// during raft_node::start (a snapshot of its own restored at once) does
+// restore() run on start's caller.
+//
+// Limitation of raft 0.15: a snapshot travels as one memory buffer (taken
+// on the loop, written by raft_uv, sent whole to a follower that is too far
+// behind, handed whole to restore). A state kept in RocksDB will therefore
+// snapshot a small manifest (applied index, checkpoint id, files) and move
+// the checkpoint's files on a side channel (docs/REPLICATION.md, section 2).
+class state_machine {
+ public:
+  virtual ~state_machine() = default;
+
+  // Applies the committed entry at log index `index`, in log order, on every
+  // replica; returns the reply the proposer receives. Indexes increase but
+  // are not contiguous (raft's own barrier and configuration entries take
+  // indexes too). After a restart raft applies again every entry after the
+  // last snapshot it restored, so a state that outlives the process (RocksDB)
+  // must skip indexes it already holds. Must be deterministic. An exception
+  // stalls the group on this node (it keeps voting but applies nothing
+  // more; group_status::failure says why; a leader hands its leadership to
+  // another voter) until a snapshot from the leader or a restart.
+  virtual std::string apply(std::uint64_t index, std::string_view entry) = 0;
+
+  // The whole state as bytes (raft's snapshot threshold decides when).
+  // An exception skips this snapshot; raft tries again later.
+  virtual std::string snapshot() = 0;
+
+  // Replaces the whole state with a snapshot() of another replica, or of
+  // this one at start. An exception refuses the snapshot.
+  virtual void restore(std::string_view snapshot) = 0;
+};
+
+enum class raft_errc : int {
+  ok = 0,
+  // This node does not lead the group; op_result::leader names the leader
+  // when it is known. Nothing was appended: safe to send to the leader.
+  not_leader = 1,
+  // Leadership was lost after the entry was appended: it may still be
+  // committed and applied by the next leader, or dropped. Retry only what
+  // is idempotent.
+  leadership_lost = 2,
+  // The node is stopping; entries in flight have an unknown outcome.
+  shutting_down = 3,
+  // Anything else raft refused (message says what), e.g. a transfer to a
+  // node that is not a voter, or a transfer that timed out; or this
+  // replica's state machine failed (group_status::failure), in which case
+  // entries in flight may still be applied by the other replicas.
+  failed = 4,
+};
+
+std::string_view to_string(raft_errc code) noexcept;
+
+struct op_result {
+  raft_errc code = raft_errc::ok;
+  std::string reply;    // ok, propose: what state_machine::apply returned for the entry
+  std::string leader;   // not_leader: the leader's node id, "" when unknown;
+                        // transfer, ok: the new leader
+  std::string message;  // not ok: for logs
+  bool ok() const noexcept { return code == raft_errc::ok; }
+};
+
+// Called once, on the node's loop thread; must not block, and an exception
+// it throws is logged and dropped.
+using op_cb = std::function<void(op_result)>;
+
+struct raft_node_options {
+  std::string data_dir;  // Required: the node's data dir (Raft goes in <data_dir>/raft/)
+  unsigned groups = 1;   // Default: 1 group (shard); group g listens on raft port + g
+  // Raft's timers. The election timeout is randomised by raft between 1x
+  // and 2x; heartbeats must be well under it.
+  unsigned election_timeout_ms = 1000;  // Default: raft's 1000 ms
+  unsigned heartbeat_timeout_ms = 100;  // Default: raft's 100 ms
+  // A snapshot every snapshot_threshold applied entries, keeping the last
+  // snapshot_trailing entries in the log so that a follower a little
+  // behind catches up from the log, not from a snapshot.
+  unsigned snapshot_threshold = 1024;  // Default: raft's 1024
+  unsigned snapshot_trailing = 128;    // Default: raft's 128
+  // Pre-vote (Raft thesis 9.6): a node back from a partition does not
+  // depose a healthy leader. Raft's default is off.
+  bool pre_vote = true;                    // Default: on
+  unsigned connect_retry_delay_ms = 1000;  // Default: raft_uv's 1000 ms between dials of a peer
+  // Group commit limits: a queue longer than this goes out as several
+  // raft_apply calls in one loop iteration.
+  std::size_t max_batch_entries = 1024;    // Default: 1024 entries per raft_apply
+  std::size_t max_batch_bytes = 4u << 20;  // Default: 4 MiB per raft_apply
+  std::size_t max_entry_bytes = 1u << 20;  // Default: 1 MiB; larger proposals are refused
+  std::size_t max_queued = 100'000;        // Default: queued proposals per group before
+                                           // propose() answers resource_exhausted
+};
+
+struct group_status {
+  std::string leader;      // node id of the leader this node knows, "" when none
+  bool is_leader = false;  // this node leads the group
+  // is_leader, and the barrier this node appended when its term began is
+  // applied here: every entry committed before the term is applied (the
+  // moment a leader may answer reads of committed state).
+  bool leader_ready = false;
+  std::uint64_t term = 0;  // raft's current term on this node
+  std::uint64_t commit_index = 0;
+  std::uint64_t last_applied = 0;        // last index applied to the state machine here
+  std::uint64_t last_index = 0;          // last index in this node's log
+  std::uint64_t proposals = 0;           // proposals handed to raft_apply by this node
+  std::uint64_t apply_calls = 0;         // raft_apply calls carrying them (batching: fewer)
+  std::uint64_t snapshots_restored = 0;  // state_machine::restore calls that succeeded
+  std::string failure;                   // why the group stopped applying here; "" when healthy
+};
+
+class raft_node {
+ public:
+  // Starts every group: creates <data_dir>/raft/<g>/, bootstraps a group
+  // with every node of cfg as a voter on its first start, starts raft and
+  // the loop thread. machines[g] is group g's state machine; each must
+  // outlive the node. Raft may call restore() on this thread before start
+  // returns (a snapshot of the node's own is restored at once).
+  // Errors: errc::invalid_argument (options, machines.size() != groups,
+  // ports that do not fit, a data dir of another node), errc::unavailable
+  // (a directory or raft could not be set up: the message has raft's
+  // reason, e.g. a port in use).
+  static result<std::unique_ptr<raft_node>> start(cluster_config cfg, raft_node_options opts,
+                                                  std::vector<state_machine*> machines);
+
+  ~raft_node();  // stop()
+  raft_node(const raft_node&) = delete;
+  raft_node& operator=(const raft_node&) = delete;
+
+  // Queues entry for group g. On the leader it is appended (with whatever
+  // else was queued) and cb gets state_machine::apply's reply for it once a
+  // majority has it and this node applied it; otherwise cb gets not_leader
+  // (with the leader), leadership_lost, shutting_down or failed.
+  // Errors (cb is then never called): errc::invalid_argument (no group g,
+  // an empty or too large entry), errc::resource_exhausted (max_queued),
+  // errc::unavailable (stopped).
+  result<void> propose(unsigned g, std::string entry, op_cb cb);
+
+  // raft_barrier: cb gets ok once every entry appended before it is applied
+  // on this node (the leader's way to serve reads of committed state after
+  // an election; a new leader also does it by itself, see leader_ready).
+  // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
+  result<void> barrier(unsigned g, op_cb cb);
+
+  // raft_transfer: hands the leadership of group g to to_node ("" lets raft
+  // pick the most up-to-date voter). cb: ok with the new leader, or an
+  // error (not_leader when this node does not lead g; failed when the
+  // target is not a voter or did not win within an election timeout).
+  // Proposals during a transfer answer not_leader.
+  result<void> transfer(unsigned g, std::string_view to_node, op_cb cb);
+
+  // For every group this node leads whose preferred leader
+  // (cluster_config::preferred_leader) is another node: transfer to it.
+  // Spreads leaderships over the nodes; call it on every node after start.
+  // Errors: errc::unavailable (stopped).
+  result<void> rebalance();
+
+  // What this node knows of group g, as of the loop's last iteration.
+  // Never waits for the loop. Errors: errc::invalid_argument (no group g).
+  result<group_status> status(unsigned g) const;
+
+  // Closes every group (raft_close: entries in flight answer
+  // shutting_down), ends the loop and joins its thread. Idempotent; safe
+  // after a failed start. Must not be called from the loop thread.
+  void stop();
+
+  const cluster_config& config() const noexcept;
+  unsigned groups() const noexcept;
+
+  class impl;
+
+ private:
+  explicit raft_node(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace onceq::cluster

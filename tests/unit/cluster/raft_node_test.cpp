@@ -1,0 +1,810 @@
+// raft_node: real clusters of raft_nodes in this process, each node with
+// its own libuv thread, data dir and 127.0.0.1 ports, talking raft's TCP.
+// Every wait is a bounded poll (cluster_test::eventually), never a bare
+// sleep, so that a loaded machine only makes the tests slower.
+#include "cluster/raft_node.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace onceq::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A deterministic machine: the list of applied entries. apply answers
+// "<position>:<entry>", the same on every replica.
+class log_machine : public state_machine {
+ public:
+  std::string apply(std::uint64_t index, std::string_view entry) override {
+    std::lock_guard lock(mu_);
+    if (index <= last_index_) {
+      ADD_FAILURE() << "index " << index << " applied after " << last_index_;
+    }
+    last_index_ = index;
+    if (!fail_on_.empty() && entry == fail_on_) throw std::runtime_error("disk on fire");
+    entries_.emplace_back(entry);
+    return fmt::format("{}:{}", entries_.size(), entry);
+  }
+
+  std::string snapshot() override {
+    std::lock_guard lock(mu_);
+    std::string out = fmt::format("{}\n", last_index_);
+    for (const auto& e : entries_) out += fmt::format("{}:{}", e.size(), e);
+    return out;
+  }
+
+  void restore(std::string_view s) override {
+    std::lock_guard lock(mu_);
+    const auto nl = s.find('\n');
+    last_index_ = std::stoull(std::string(s.substr(0, nl)));
+    entries_.clear();
+    for (std::size_t at = nl + 1; at < s.size();) {
+      const auto colon = s.find(':', at);
+      const std::size_t n = std::stoull(std::string(s.substr(at, colon - at)));
+      entries_.emplace_back(s.substr(colon + 1, n));
+      at = colon + 1 + n;
+    }
+    restores_ += 1;
+  }
+
+  std::vector<std::string> entries() const {
+    std::lock_guard lock(mu_);
+    return entries_;
+  }
+  std::size_t size() const {
+    std::lock_guard lock(mu_);
+    return entries_.size();
+  }
+  // apply throws for this entry from now on (a local fault of one replica).
+  void fail_on(std::string entry) {
+    std::lock_guard lock(mu_);
+    fail_on_ = std::move(entry);
+  }
+  int restores() const {
+    std::lock_guard lock(mu_);
+    return restores_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> entries_;
+  std::uint64_t last_index_ = 0;
+  int restores_ = 0;
+  std::string fail_on_;
+};
+
+// Until f() holds, polling every 5 ms, at most `limit`.
+template <class F>
+bool eventually(F f, std::chrono::milliseconds limit = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return f();
+}
+
+bool port_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// `count` runs of `width` free consecutive ports. They are taken below the
+// kernel's ephemeral range (32768+), where no outgoing connection of the
+// test (raft's own dials) can be given one of them between the check and
+// the node's bind, or while a node is down for a restart.
+std::vector<int> free_port_runs(std::size_t count, unsigned width) {
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
+                          static_cast<unsigned>(std::random_device{}()));
+  std::uniform_int_distribution<int> pick(20000, 32000 - static_cast<int>(width));
+  std::vector<int> bases;
+  while (bases.size() < count) {
+    const int base = pick(rng);
+    bool ok = true;
+    for (int b : bases)
+      ok = ok && (base + static_cast<int>(width) <= b || b + static_cast<int>(width) <= base);
+    for (unsigned i = 0; ok && i < width; ++i) ok = port_free(base + static_cast<int>(i));
+    if (ok) bases.push_back(base);
+  }
+  return bases;
+}
+
+op_result wait_for(std::future<op_result>& f) {
+  if (f.wait_for(15s) != std::future_status::ready) {
+    return op_result{raft_errc::failed, "", "", "the test gave up waiting for the callback"};
+  }
+  return f.get();
+}
+
+class cluster_test : public ::testing::Test {
+ protected:
+  struct member {
+    std::unique_ptr<raft_node> node;
+    std::vector<std::unique_ptr<log_machine>> machines;
+  };
+
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           fmt::format("onceq-raft-{}-{}", ::getpid(), counter_++);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+
+  void TearDown() override {
+    for (auto& m : members_) {
+      if (m.node) m.node->stop();
+    }
+    members_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+
+  raft_node_options options() const {
+    raft_node_options o;
+    o.groups = groups_;
+    // Short enough for quick tests, long enough that a loaded 2-core
+    // machine (fsyncs, sanitizers) does not depose healthy leaders.
+    o.election_timeout_ms = 400;
+    o.heartbeat_timeout_ms = 50;
+    o.connect_retry_delay_ms = 50;
+    o.snapshot_threshold = snapshot_threshold_;
+    o.snapshot_trailing = snapshot_trailing_;
+    return o;
+  }
+
+  // Writes the cluster file of n nodes ("n1".."nN") with `groups` groups each.
+  void make_cluster(std::size_t n, unsigned groups) {
+    groups_ = groups;
+    const auto http = free_port_runs(n, 1);
+    const auto raft = free_port_runs(n, groups);
+    cluster_file_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      cluster_file_ += fmt::format(
+          "[[node]]\nid = \"n{}\"\nhttp = \"127.0.0.1:{}\"\nraft = "
+          "\"127.0.0.1:{}\"\n",
+          i + 1, http[i], raft[i]);
+    }
+    members_.resize(n);
+  }
+
+  cluster_config config_of(std::size_t i) const {
+    auto c = cluster_config::parse(cluster_file_, "cluster.toml", fmt::format("n{}", i + 1));
+    EXPECT_TRUE(c.ok()) << c.err().message;
+    return std::move(c).value();
+  }
+
+  std::string data_dir(std::size_t i) const { return (dir_ / fmt::format("n{}", i + 1)).string(); }
+
+  // Starts node i with fresh state machines (raft replays into them).
+  void start(std::size_t i) {
+    member& m = members_[i];
+    m.machines.clear();
+    std::vector<state_machine*> sms;
+    for (unsigned g = 0; g < groups_; ++g) {
+      m.machines.push_back(std::make_unique<log_machine>());
+      sms.push_back(m.machines.back().get());
+    }
+    auto o = options();
+    o.data_dir = data_dir(i);
+    auto node = raft_node::start(config_of(i), o, sms);
+    ASSERT_TRUE(node.ok()) << node.err().message;
+    m.node = std::move(node).value();
+  }
+
+  void start_all() {
+    for (std::size_t i = 0; i < members_.size(); ++i) start(i);
+  }
+
+  void stop(std::size_t i) {
+    members_[i].node->stop();
+    members_[i].node.reset();
+  }
+
+  raft_node& node(std::size_t i) { return *members_[i].node; }
+  log_machine& machine(std::size_t i, unsigned g = 0) { return *members_[i].machines[g]; }
+  bool running(std::size_t i) const { return members_[i].node != nullptr; }
+
+  group_status status_of(std::size_t i, unsigned g = 0) {
+    auto s = node(i).status(g);
+    EXPECT_TRUE(s.ok()) << s.err().message;
+    return std::move(s).value();
+  }
+
+  // The node every running node agrees leads group g, once there is one.
+  std::optional<std::size_t> leader(unsigned g = 0, std::chrono::milliseconds limit = 10s) {
+    std::optional<std::size_t> found;
+    eventually(
+        [&] {
+          found.reset();
+          for (std::size_t i = 0; i < members_.size(); ++i) {
+            if (running(i) && status_of(i, g).is_leader) found = i;
+          }
+          if (!found) return false;
+          const std::string id = fmt::format("n{}", *found + 1);
+          for (std::size_t i = 0; i < members_.size(); ++i) {
+            if (running(i) && status_of(i, g).leader != id) return false;
+          }
+          return true;
+        },
+        limit);
+    return found;
+  }
+
+  op_result propose(std::size_t i, std::string entry, unsigned g = 0) {
+    auto p = std::make_shared<std::promise<op_result>>();
+    auto f = p->get_future();
+    auto r =
+        node(i).propose(g, std::move(entry), [p](op_result res) { p->set_value(std::move(res)); });
+    if (!r.ok()) return op_result{raft_errc::failed, "", "", r.err().message};
+    return wait_for(f);
+  }
+
+  // Proposes every entry on the leader of g, each acknowledged before the next.
+  void propose_all(std::size_t leader_index, const std::vector<std::string>& entries,
+                   unsigned g = 0) {
+    for (const auto& e : entries) {
+      auto r = propose(leader_index, e, g);
+      ASSERT_TRUE(r.ok()) << e << ": " << to_string(r.code) << " " << r.message;
+    }
+  }
+
+  // Until every running node's machine of g holds exactly `want`.
+  void expect_everywhere(const std::vector<std::string>& want, unsigned g = 0) {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (!running(i)) continue;
+      EXPECT_TRUE(eventually([&] { return machine(i, g).entries() == want; }))
+          << "node n" << i + 1 << " group " << g << " has " << machine(i, g).size() << " of "
+          << want.size() << " entries; first differences:" << [&] {
+               std::string d;
+               const auto got = machine(i, g).entries();
+               for (std::size_t k = 0, shown = 0; k < got.size() && shown < 3; ++k) {
+                 if (k >= want.size() || got[k] != want[k]) {
+                   d += fmt::format(" [{}] {} vs {}", k, got[k], k < want.size() ? want[k] : "-");
+                   ++shown;
+                 }
+               }
+               return d;
+             }();
+    }
+  }
+
+  static std::vector<std::string> names(std::string_view prefix, int from, int to) {
+    std::vector<std::string> out;
+    for (int i = from; i < to; ++i) out.push_back(fmt::format("{}{}", prefix, i));
+    return out;
+  }
+
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  std::string cluster_file_;
+  unsigned groups_ = 1;
+  unsigned snapshot_threshold_ = 1024;
+  unsigned snapshot_trailing_ = 128;
+  std::vector<member> members_;
+};
+
+TEST_F(cluster_test, leader_applies_bursts_from_many_threads_in_one_order_everywhere) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l) << "no leader";
+
+  // A burst: 4 threads queue 100 proposals each without waiting.
+  constexpr int k_threads = 4, k_each = 100;
+  std::vector<std::future<op_result>> futures[k_threads];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k_threads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < k_each; ++i) {
+        auto p = std::make_shared<std::promise<op_result>>();
+        futures[t].push_back(p->get_future());
+        auto r = node(*l).propose(0, fmt::format("t{}-{}", t, i),
+                                  [p](op_result res) { p->set_value(std::move(res)); });
+        if (!r.ok()) p->set_value(op_result{raft_errc::failed, "", "", r.err().message});
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  std::set<std::string> replies;
+  for (int t = 0; t < k_threads; ++t) {
+    for (int i = 0; i < k_each; ++i) {
+      op_result r = wait_for(futures[t][i]);
+      ASSERT_TRUE(r.ok()) << to_string(r.code) << " " << r.message;
+      // The reply is the machine's: "<position>:<entry>".
+      const std::string suffix = fmt::format(":t{}-{}", t, i);
+      ASSERT_TRUE(r.reply.ends_with(suffix)) << r.reply;
+      replies.insert(r.reply);
+    }
+  }
+  EXPECT_EQ(replies.size(), static_cast<std::size_t>(k_threads * k_each));
+
+  // Every replica applied the same entries in the same order, and each
+  // reply names the entry's position in that order.
+  const auto order = machine(*l).entries();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(k_threads * k_each));
+  expect_everywhere(order);
+  for (const auto& reply : replies) {
+    const auto colon = reply.find(':');
+    const std::size_t pos = std::stoul(reply.substr(0, colon));
+    ASSERT_GE(pos, 1u);
+    EXPECT_EQ(order[pos - 1], reply.substr(colon + 1));
+  }
+  // One thread's proposals keep their order.
+  for (int t = 0; t < k_threads; ++t) {
+    int next = 0;
+    for (const auto& e : order) {
+      if (e.starts_with(fmt::format("t{}-", t))) {
+        EXPECT_EQ(e, fmt::format("t{}-{}", t, next++));
+      }
+    }
+  }
+  // Group commit: the burst went to raft in fewer raft_apply calls than
+  // proposals.
+  const auto s = status_of(*l);
+  EXPECT_EQ(s.proposals, static_cast<std::uint64_t>(k_threads * k_each));
+  EXPECT_LT(s.apply_calls, s.proposals) << "no raft_apply call carried more than one entry";
+  EXPECT_TRUE(s.is_leader);
+  EXPECT_GE(s.commit_index, static_cast<std::uint64_t>(k_threads * k_each));
+  EXPECT_TRUE(eventually([&] { return status_of(*l).last_applied == status_of(*l).commit_index; }));
+}
+
+TEST_F(cluster_test, follower_refuses_with_the_leaders_id) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l) << "no leader";
+  const std::size_t f = (*l + 1) % 3;
+  auto r = propose(f, "x");
+  EXPECT_EQ(r.code, raft_errc::not_leader) << r.message;
+  EXPECT_EQ(r.leader, fmt::format("n{}", *l + 1));
+  EXPECT_FALSE(status_of(f).is_leader);
+  EXPECT_EQ(status_of(f).leader, fmt::format("n{}", *l + 1));
+  // Nothing was appended anywhere.
+  propose_all(*l, {"y"});
+  expect_everywhere({"y"});
+
+  // The same for a barrier and a transfer asked of a follower.
+  auto p = std::make_shared<std::promise<op_result>>();
+  auto fut = p->get_future();
+  ASSERT_TRUE(node(f).barrier(0, [p](op_result res) { p->set_value(std::move(res)); }).ok());
+  auto b = wait_for(fut);
+  EXPECT_EQ(b.code, raft_errc::not_leader);
+  EXPECT_EQ(b.leader, fmt::format("n{}", *l + 1));
+}
+
+TEST_F(cluster_test, bad_calls_are_refused_at_once) {
+  make_cluster(1, 1);
+  start_all();
+  auto never = [](op_result) { ADD_FAILURE() << "callback of a refused call"; };
+  auto r = node(0).propose(1, "x", never);
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_EQ(r.err().message, "no group 1");
+  r = node(0).propose(0, "", never);
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  r = node(0).propose(0, std::string((1u << 20) + 1, 'x'), never);
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_EQ(r.err().message, "entry of 1048577 bytes; at most 1048576");
+  r = node(0).transfer(0, "n7", never);
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_EQ(r.err().message, "no node \"n7\" in the cluster file");
+  EXPECT_EQ(node(0).status(3).code(), errc::invalid_argument);
+  EXPECT_EQ(node(0).barrier(2, never).code(), errc::invalid_argument);
+
+  // A one-node cluster leads itself; a transfer has nobody to go to.
+  ASSERT_TRUE(leader());
+  auto t = std::make_shared<std::promise<op_result>>();
+  auto tf = t->get_future();
+  ASSERT_TRUE(node(0).transfer(0, "", [t](op_result res) { t->set_value(std::move(res)); }).ok());
+  auto tr = wait_for(tf);
+  EXPECT_EQ(tr.code, raft_errc::failed);
+  EXPECT_NE(tr.message.find("raft_transfer"), std::string::npos) << tr.message;
+
+  node(0).stop();
+  node(0).stop();  // idempotent
+  r = node(0).propose(0, "x", never);
+  EXPECT_EQ(r.code(), errc::unavailable);
+  EXPECT_EQ(node(0).rebalance().code(), errc::unavailable);
+}
+
+TEST_F(cluster_test, start_refuses_bad_setups) {
+  make_cluster(1, 2);
+  log_machine a, b;
+  auto o = options();
+  o.data_dir = data_dir(0);
+
+  auto r = raft_node::start(config_of(0), o, {&a});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().message, "raft_node: 1 state machines for 2 groups");
+  auto bad = o;
+  bad.heartbeat_timeout_ms = bad.election_timeout_ms;
+  EXPECT_EQ(raft_node::start(config_of(0), bad, {&a, &b}).code(), errc::invalid_argument);
+  bad = o;
+  bad.data_dir.clear();
+  EXPECT_EQ(raft_node::start(config_of(0), bad, {&a, &b}).code(), errc::invalid_argument);
+
+  // A raft port already taken: raft's own reason, the group and its address.
+  const auto c = config_of(0);
+  const int port = c.self().raft_port + 1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  r = raft_node::start(c, o, {&a, &b});
+  ::close(fd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), errc::unavailable);
+  EXPECT_NE(r.err().message.find(fmt::format("group 1 (")), std::string::npos) << r.err().message;
+  EXPECT_NE(r.err().message.find(fmt::format("127.0.0.1:{}", port)), std::string::npos)
+      << r.err().message;
+
+  // The port is free again: the same directory starts.
+  auto ok = raft_node::start(c, o, {&a, &b});
+  ASSERT_TRUE(ok.ok()) << ok.err().message;
+  (*ok)->stop();
+
+  // The directory now belongs to n1: a cluster file that makes it n2 is refused.
+  cluster_file_ =
+      "[[node]]\nid = \"n0\"\nhttp = \"127.0.0.1:1\"\nraft = \"127.0.0.1:3\"\n" + cluster_file_;
+  auto moved = cluster_config::parse(cluster_file_, "cluster.toml", "n1");
+  ASSERT_TRUE(moved.ok()) << moved.err().message;
+  r = raft_node::start(*moved, o, {&a, &b});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_NE(r.err().message.find("never reordered or removed"), std::string::npos)
+      << r.err().message;
+}
+
+TEST_F(cluster_test, a_new_leader_takes_over_and_the_old_one_catches_up_after_restart) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l) << "no leader";
+  auto want = names("a", 0, 10);
+  propose_all(*l, want);
+
+  const std::size_t old = *l;
+  stop(old);
+  auto l2 = leader();
+  ASSERT_TRUE(l2) << "the two others elected nobody";
+  ASSERT_NE(*l2, old);
+  auto more = names("b", 0, 10);
+  propose_all(*l2, more);
+  want.insert(want.end(), more.begin(), more.end());
+  expect_everywhere(want);
+
+  // The old leader restarts from its directory with an empty machine:
+  // raft replays its log and the leader sends what it missed.
+  start(old);
+  expect_everywhere(want);
+  EXPECT_TRUE(eventually([&] { return status_of(old).leader == fmt::format("n{}", *l2 + 1); }));
+  // And it keeps following.
+  auto l3 = leader();
+  ASSERT_TRUE(l3);
+  propose_all(*l3, {"c0"});
+  want.push_back("c0");
+  expect_everywhere(want);
+}
+
+TEST_F(cluster_test, a_follower_far_behind_catches_up_through_a_snapshot) {
+  snapshot_threshold_ = 16;
+  snapshot_trailing_ = 4;
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l) << "no leader";
+  auto want = names("a", 0, 3);  // fewer than the threshold: no snapshot yet
+  propose_all(*l, want);
+  expect_everywhere(want);
+
+  const std::size_t f = (*l + 1) % 3;
+  stop(f);
+  auto more = names("b", 0, 120);
+  propose_all(*l, more);
+  want.insert(want.end(), more.begin(), more.end());
+  expect_everywhere(want);
+
+  // Its log ends long before the leader's (kept: 4 entries behind the last
+  // snapshot), so only an InstallSnapshot brings it up to date.
+  start(f);
+  EXPECT_EQ(machine(f).restores(), 0) << "restored a snapshot of its own at start";
+  expect_everywhere(want);
+  EXPECT_GE(machine(f).restores(), 1);
+  EXPECT_GE(status_of(f).snapshots_restored, 1u);
+  // And from there on it applies entries as usual.
+  auto l2 = leader();
+  ASSERT_TRUE(l2);
+  propose_all(*l2, {"c0", "c1"});
+  want.push_back("c0");
+  want.push_back("c1");
+  expect_everywhere(want);
+
+  // A restart of any node now starts from its own snapshot plus its log.
+  stop(f);
+  start(f);
+  expect_everywhere(want);
+  EXPECT_GE(machine(f).restores(), 1);
+}
+
+// Raft 0.15 only carries entries of 8-byte multiples intact: every length
+// and every byte value must come back as proposed, over the network, from
+// the disk after a restart, and through a snapshot.
+TEST_F(cluster_test, entries_of_every_length_and_byte_come_back_intact) {
+  snapshot_threshold_ = 32;
+  snapshot_trailing_ = 2;
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l);
+  std::vector<std::string> want;
+  for (std::size_t n = 1; n <= 40; ++n) {
+    std::string e;
+    for (std::size_t k = 0; k < n; ++k) e.push_back(static_cast<char>((n * 7 + k) % 10));
+    want.push_back(e);
+  }
+  want.push_back(std::string(1u << 20, '\x08'));  // the largest entry, ending like a pad
+  propose_all(*l, want);
+  expect_everywhere(want);
+
+  // A follower reads them back from its own log (and snapshot) at start.
+  const std::size_t f = (*l + 1) % 3;
+  stop(f);
+  start(f);
+  expect_everywhere(want);
+}
+
+// A replica whose apply fails (a local disk error, say) stops applying and
+// says why; the others, and the leader's answers, go on.
+TEST_F(cluster_test, a_replica_whose_apply_fails_stalls_alone) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l);
+  const std::size_t f = (*l + 1) % 3;
+  machine(f).fail_on("b");
+  propose_all(*l, {"a", "b", "c"});
+  const std::vector<std::string> want{"a", "b", "c"};
+  EXPECT_TRUE(eventually([&] { return machine(*l).entries() == want; }));
+  EXPECT_TRUE(eventually([&] { return machine((*l + 2) % 3).entries() == want; }));
+  EXPECT_TRUE(eventually([&] { return !status_of(f).failure.empty(); }));
+  EXPECT_NE(status_of(f).failure.find("disk on fire"), std::string::npos) << status_of(f).failure;
+  EXPECT_EQ(machine(f).entries(), std::vector<std::string>{"a"});
+  propose_all(*l, {"d"});
+  EXPECT_EQ(machine(f).entries(), std::vector<std::string>{"a"});
+  // A restart (the fault repaired) replays the log into a fresh machine.
+  stop(f);
+  start(f);
+  expect_everywhere({"a", "b", "c", "d"});
+  EXPECT_EQ(status_of(f).failure, "");
+}
+
+// A leader whose apply fails cannot answer: it refuses, hands its
+// leadership to another voter, and the group goes on there.
+TEST_F(cluster_test, a_leader_whose_apply_fails_hands_its_leadership_over) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l);
+  machine(*l).fail_on("b");
+  propose_all(*l, {"a"});
+  auto r = propose(*l, "b");
+  EXPECT_EQ(r.code, raft_errc::failed) << to_string(r.code) << " " << r.message;
+  EXPECT_NE(r.message.find("disk on fire"), std::string::npos) << r.message;
+  // (status() is as of the loop's last iteration: wait for the move.)
+  std::optional<std::size_t> l2;
+  EXPECT_TRUE(eventually([&] {
+    l2 = leader();
+    return l2 && *l2 != *l;
+  }));
+  ASSERT_TRUE(l2 && *l2 != *l);
+  propose_all(*l2, {"c"});
+  EXPECT_TRUE(eventually([&] {
+    return machine(*l2).entries() == std::vector<std::string>{"a", "b", "c"};
+  }));
+  r = propose(*l, "d");
+  EXPECT_EQ(r.code, raft_errc::not_leader) << to_string(r.code) << " " << r.message;
+  EXPECT_EQ(r.leader, fmt::format("n{}", *l2 + 1));
+}
+
+TEST_F(cluster_test, groups_on_the_same_nodes_are_independent) {
+  make_cluster(3, 2);
+  start_all();
+  auto l0 = leader(0);
+  auto l1 = leader(1);
+  ASSERT_TRUE(l0 && l1);
+  propose_all(*l0, names("g0-", 0, 5), 0);
+  propose_all(*l1, names("g1-", 0, 7), 1);
+  expect_everywhere(names("g0-", 0, 5), 0);
+  expect_everywhere(names("g1-", 0, 7), 1);
+
+  // Moving group 1's leadership leaves group 0 where it is.
+  const std::size_t to = (*l1 + 1) % 3;
+  auto p = std::make_shared<std::promise<op_result>>();
+  auto fut = p->get_future();
+  ASSERT_TRUE(
+      node(*l1)
+          .transfer(1, fmt::format("n{}", to + 1), [p](op_result r) { p->set_value(std::move(r)); })
+          .ok());
+  auto r = wait_for(fut);
+  ASSERT_TRUE(r.ok()) << to_string(r.code) << " " << r.message;
+  EXPECT_EQ(r.leader, fmt::format("n{}", to + 1));
+  EXPECT_TRUE(eventually([&] { return leader(1) == to; }));
+  EXPECT_EQ(leader(0), l0);
+  propose_all(to, names("g1-", 7, 9), 1);
+  propose_all(*l0, names("g0-", 5, 6), 0);
+  expect_everywhere(names("g1-", 0, 9), 1);
+  expect_everywhere(names("g0-", 0, 6), 0);
+
+  // A group that loses its leader elects another; the other group's
+  // leader, elsewhere, keeps going.
+  if (*l0 != to) {
+    stop(to);
+    auto again = leader(1);
+    ASSERT_TRUE(again);
+    EXPECT_NE(*again, to);
+    propose_all(*l0, names("g0-", 6, 8), 0);
+    propose_all(*again, names("g1-", 9, 10), 1);
+    expect_everywhere(names("g0-", 0, 8), 0);
+    expect_everywhere(names("g1-", 0, 10), 1);
+  }
+}
+
+TEST_F(cluster_test, barrier_and_transfer_on_the_leader) {
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l);
+  propose_all(*l, {"a"});
+
+  // A leader appends a barrier as its term begins; once applied it is ready.
+  EXPECT_TRUE(eventually([&] { return status_of(*l).leader_ready; }));
+  EXPECT_FALSE(status_of((*l + 1) % 3).leader_ready);
+
+  auto p = std::make_shared<std::promise<op_result>>();
+  auto fut = p->get_future();
+  ASSERT_TRUE(node(*l).barrier(0, [p](op_result r) { p->set_value(std::move(r)); }).ok());
+  auto b = wait_for(fut);
+  EXPECT_TRUE(b.ok()) << b.message;
+  // After the barrier the leader has applied everything before it.
+  EXPECT_EQ(machine(*l).entries(), std::vector<std::string>{"a"});
+
+  // Transfer to "" lets raft pick; the leadership moves.
+  auto t = std::make_shared<std::promise<op_result>>();
+  auto tf = t->get_future();
+  ASSERT_TRUE(node(*l).transfer(0, "", [t](op_result r) { t->set_value(std::move(r)); }).ok());
+  auto tr = wait_for(tf);
+  ASSERT_TRUE(tr.ok()) << to_string(tr.code) << " " << tr.message;
+  ASSERT_NE(tr.leader, fmt::format("n{}", *l + 1));
+  std::optional<std::size_t> l2;
+  EXPECT_TRUE(eventually([&] {
+    l2 = leader();
+    return l2 && fmt::format("n{}", *l2 + 1) == tr.leader;
+  }));
+  ASSERT_TRUE(l2);
+  EXPECT_TRUE(eventually([&] { return status_of(*l2).leader_ready; }));
+  EXPECT_FALSE(status_of(*l).leader_ready);
+  propose_all(*l2, {"b"});
+  expect_everywhere({"a", "b"});
+}
+
+TEST_F(cluster_test, rebalance_spreads_leaders_over_the_nodes) {
+  make_cluster(3, 3);
+  start_all();
+  for (unsigned g = 0; g < 3; ++g) ASSERT_TRUE(leader(g)) << "group " << g;
+  // Each node moves the groups it leads to their preferred node (group g:
+  // node g); moves in flight may need a second round.
+  EXPECT_TRUE(eventually(
+      [&] {
+        bool placed = true;
+        for (unsigned g = 0; g < 3; ++g) {
+          auto l = leader(g, 2s);
+          placed = placed && l && *l == g;
+        }
+        if (!placed) {
+          for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(node(i).rebalance().ok());
+        }
+        return placed;
+      },
+      20s));
+  for (unsigned g = 0; g < 3; ++g) {
+    propose_all(g, {fmt::format("g{}", g)}, g);
+    expect_everywhere({fmt::format("g{}", g)}, g);
+  }
+}
+
+// kill -9 of a node in the middle of a stream of writes: its directory
+// restarts and holds every entry it acknowledged, in order, with no hole.
+TEST_F(cluster_test, kill_9_during_writes_keeps_every_acknowledged_entry) {
+  make_cluster(1, 1);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    log_machine m;
+    auto o = options();
+    o.data_dir = data_dir(0);
+    auto n = raft_node::start(config_of(0), o, {&m});
+    if (!n.ok()) ::_exit(2);
+    // A one-node group elects itself; wait for it so that nothing is refused.
+    if (!eventually([&] { return (*n)->status(0).value().is_leader; })) ::_exit(8);
+    // Keeps 8 proposals in flight; reports every acknowledged count.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::uint64_t acked = 0, sent = 0;
+    for (;;) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return sent - acked < 8; });
+      const std::uint64_t i = sent++;
+      lock.unlock();
+      auto r = (*n)->propose(0, fmt::format("e{}", i), [&, i](op_result res) {
+        if (!res.ok()) ::_exit(3);
+        std::lock_guard l(mu);
+        ++acked;
+        // Acknowledgements come in log order.
+        if (res.reply != fmt::format("{}:e{}", acked, i)) ::_exit(4);
+        std::uint64_t a = acked;
+        if (::write(fds[1], &a, sizeof a) != sizeof a) ::_exit(5);
+        cv.notify_all();
+      });
+      if (!r.ok()) ::_exit(6);
+      if (sent > 100000) ::_exit(7);
+    }
+  }
+  ::close(fds[1]);
+  std::uint64_t acked = 0, a = 0;
+  while (acked < 200 && ::read(fds[0], &a, sizeof a) == sizeof a) acked = a;
+  ASSERT_GE(acked, 200u) << "the child stopped early";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  // Whatever the child reported before it died was acknowledged.
+  while (::read(fds[0], &a, sizeof a) == sizeof a) acked = a;
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+
+  start(0);
+  ASSERT_TRUE(leader());
+  // Restarted: one more entry commits everything before it.
+  auto r = propose(0, "after");
+  ASSERT_TRUE(r.ok()) << r.message;
+  const auto got = machine(0).entries();
+  ASSERT_GE(got.size(), acked + 1);
+  for (std::size_t i = 0; i + 1 < got.size(); ++i) ASSERT_EQ(got[i], fmt::format("e{}", i));
+  EXPECT_EQ(got.back(), "after");
+}
+
+}  // namespace
+}  // namespace onceq::cluster
