@@ -50,3 +50,4 @@ if [ "${ONCEQ_ROCKSDB:-release}" != "debian" ]; then
          "using Debian's librocksdb (slower)" >&2
   fi
 fi
+bash "$(dirname "$0")/raft-release.sh" || echo "deps: WARNING: raft-release.sh failed; cluster/ links Debian's libraft, which has the Figure 8 bug (canonical/raft#220)" >&2
