@@ -1,0 +1,63 @@
+#pragma once
+
+// Applying a replicated log entry (broker/log_entry.hpp) to a broker: what
+// every replica of a shard's Raft group runs, in log order
+// (docs/REPLICATION.md, section 1). The broker reads time only from its
+// clock; a replica gives it a log_clock, which apply_entry() moves to the
+// entry's stamped time before the command runs, so that every replica
+// runs every command at the same reading. Time never runs backwards: an
+// entry stamped earlier than the last (a new leader whose clock is behind)
+// runs at the last reading.
+//
+// A consume is applied as the broker's own consume(): it leases what is
+// ready now. Waiting for messages (long-poll) is the leader's business
+// before it proposes, not the log's.
+//
+// Thread safety: as broker (one thread).
+
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "broker/broker.hpp"
+#include "broker/log_entry.hpp"
+
+namespace onceq {
+
+// The clock of a replica: the stamp of the entry being applied.
+class log_clock final : public clock {
+ public:
+  explicit log_clock(millis start = 0) : now_(start) {}
+  millis now_ms() const override { return now_; }
+  // Moves to stamp, or stays if stamp is earlier. Returns the reading.
+  millis advance_to(millis stamp) {
+    if (stamp > now_) now_ = stamp;
+    return now_;
+  }
+
+ private:
+  millis now_;
+};
+
+// What an entry answers, by command.
+struct consume_after_acks_reply {  // the acks' outcomes, then the deliveries
+  std::vector<ack_outcome> acks;
+  std::vector<delivery> deliveries;
+};
+struct lease_extended {
+  millis lease_expires_at_ms = 0;
+};
+struct redriven {
+  std::int64_t moved = 0;
+};
+using log_reply =
+    std::variant<std::monostate,  // tick, delete_topic, ack, nack
+                 topic_created, produce_reply, std::vector<delivery>, consume_after_acks_reply,
+                 std::vector<ack_outcome>, lease_extended, redriven, replay_reply>;
+
+// Runs e on b at e.now_ms (through time, which must be b's clock). The
+// command's own error is the answer, as from the broker's call; every
+// replica gives the same one.
+result<log_reply> apply_entry(broker& b, log_clock& time, const log_entry& e);
+
+}  // namespace onceq
