@@ -1,5 +1,6 @@
 #include "broker/apply.hpp"
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 
@@ -66,6 +67,22 @@ result<log_reply> apply_entry(broker& b, log_clock& time, const log_entry& e) {
         }
       },
       e.cmd);
+}
+
+result<std::optional<log_reply>> apply_at(broker& b, log_clock& time,
+                                          storage::applied_index_store& applied,
+                                          std::uint64_t index, const log_entry& e) {
+  if (index <= applied.applied().index) return std::optional<log_reply>{};
+  // The reading the entry runs at, as apply_entry will set it.
+  applied.begin({index, std::max(time.now_ms(), e.now_ms)});
+  auto r = apply_entry(b, time, e);
+  applied.begin({});
+  if (!r.ok()) return std::move(r).err();
+  return std::optional<log_reply>(std::move(*r));
+}
+
+void resume_clock(log_clock& time, const storage::applied_index_store& applied) {
+  time.advance_to(applied.applied().now_ms);
 }
 
 }  // namespace onceq

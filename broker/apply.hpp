@@ -16,11 +16,13 @@
 // Thread safety: as broker (one thread).
 
 #include <cstdint>
+#include <optional>
 #include <variant>
 #include <vector>
 
 #include "broker/broker.hpp"
 #include "broker/log_entry.hpp"
+#include "storage/applied_index_store.hpp"
 
 namespace onceq {
 
@@ -59,5 +61,18 @@ using log_reply =
 // command's own error is the answer, as from the broker's call; every
 // replica gives the same one.
 result<log_reply> apply_entry(broker& b, log_clock& time, const log_entry& e);
+
+// A replica's apply of the entry at index of its shard's log, over a
+// broker whose store is `applied` (the position goes into the same batch as
+// the entry's writes). nullopt: skipped, the store already holds that entry
+// (raft replaying its log after a restart).
+result<std::optional<log_reply>> apply_at(broker& b, log_clock& time,
+                                          storage::applied_index_store& applied,
+                                          std::uint64_t index, const log_entry& e);
+
+// After a restart: the clock resumes from the stored position's reading
+// (so that entries stamped before it still run at it), and the position is
+// what apply_at skips up to. Call after applied.load() and b.recover().
+void resume_clock(log_clock& time, const storage::applied_index_store& applied);
 
 }  // namespace onceq

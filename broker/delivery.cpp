@@ -50,9 +50,13 @@ class consume_planner {
   result<std::vector<delivery>> run() {
     const auto n = static_cast<std::uint32_t>(t_.parts.size());
     // Round robin, one message per partition per round, so that one busy
-    // partition does not starve the others.
+    // partition does not starve the others. The first partition follows
+    // from the group's last fencing token (one per delivery, stored with
+    // it), not from a counter in memory: a consume that delivers nothing
+    // changes nothing, and a replica restarted from its store takes the
+    // same partitions as one that never stopped (docs/REPLICATION.md).
     bool progress = true;
-    std::uint32_t rr = g_.next_partition;
+    std::uint32_t rr = static_cast<std::uint32_t>(g_.fence % n);
     while (progress && out_.size() < want_) {
       progress = false;
       for (std::uint32_t i = 0; i < n && out_.size() < want_; ++i) {
@@ -69,7 +73,6 @@ class consume_planner {
       put_cursor(tx_, t_, g_, p, cursor_[p]);
       tx_.then([g, p, c = cursor_[p]] { g->parts[p].cursor = c; });
     }
-    tx_.then([g, rr] { g->next_partition = rr; });
     if (fence_ != g_.fence) {
       // In the batch of the deliveries that use them: a token is never
       // handed out twice, whatever crashes or expiries come after.

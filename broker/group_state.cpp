@@ -77,10 +77,10 @@ group_stats group_state::snapshot(const std::vector<std::uint64_t>& partition_ne
 
 std::string group_state::describe() const {
   std::string out = fmt::format(
-      "  group {} id={} fence={}\n   stats rr={} inflight={} delivered={} redelivered={} acked={} "
+      "  group {} id={} fence={}\n   stats inflight={} delivered={} redelivered={} acked={} "
       "auto_acked={} nacked={} lease_expired={} dead_lettered={} stale={} superseded={}\n",
-      name, id, fence, next_partition, stats.inflight, stats.delivered, stats.redelivered,
-      stats.acked, stats.auto_acked, stats.nacked, stats.lease_expired, stats.dead_lettered,
+      name, id, fence, stats.inflight, stats.delivered, stats.redelivered, stats.acked,
+      stats.auto_acked, stats.nacked, stats.lease_expired, stats.dead_lettered,
       stats.stale_acks_rejected, stats.superseded);
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto& ps = parts[p];

@@ -61,7 +61,6 @@ struct group_state {
   std::vector<group_partition> parts;
   key_table keys;
   group_stats stats;
-  std::uint32_t next_partition = 0;  // consume's round robin
   // The last fencing token handed out (stored as keys::fence, in the batch
   // of the deliveries that use it): the next lease gets fence + 1.
   std::uint64_t fence = 0;

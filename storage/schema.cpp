@@ -131,6 +131,9 @@ std::string partition_start_prefix(topic_id t) {
 std::string next_topic_id() {
   return "n";
 }
+std::string applied() {
+  return "a";
+}
 std::string fence(topic_id t, group_id g) {
   auto k = with_prefix('f', t);
   put_be32(k, g);

@@ -193,6 +193,8 @@ std::string cursor_prefix(topic_id t);
 std::string partition_start(topic_id t, std::uint32_t partition);
 std::string partition_start_prefix(topic_id t);
 std::string next_topic_id();
+// A replica's applied position in its shard's log (applied_index_store).
+std::string applied();
 // The last fencing token handed out by (t, g): never reused.
 std::string fence(topic_id t, group_id g);
 std::string fence_prefix(topic_id t);
