@@ -19,6 +19,17 @@ std::string encode_position(const applied_position& p) {
 
 }  // namespace
 
+result<applied_position> decode_applied_position(std::string_view value) {
+  byte_reader r(value);
+  std::uint8_t version = 0;
+  applied_position p;
+  if (!r.byte(version) || version != k_applied_version || !r.varint(p.index) ||
+      !r.svarint(p.now_ms) || !r.at_end()) {
+    return make_error(errc::internal, "corrupt record: the applied log position");
+  }
+  return p;
+}
+
 result<applied_position> applied_index_store::load() {
   auto v = inner_.get(column::meta, keys::applied());
   if (v.code() == errc::not_found) {
@@ -26,14 +37,8 @@ result<applied_position> applied_index_store::load() {
     return applied_;
   }
   if (!v.ok()) return std::move(v).err();
-  byte_reader r(*v);
-  std::uint8_t version = 0;
-  applied_position p;
-  if (!r.byte(version) || version != k_applied_version || !r.varint(p.index) ||
-      !r.svarint(p.now_ms) || !r.at_end()) {
-    return make_error(errc::internal, "corrupt record: the applied log position");
-  }
-  applied_ = p;
+  auto p = decode_applied_position(*v);
+  if (p.ok()) applied_ = *p;
   return p;
 }
 

@@ -23,6 +23,10 @@ struct applied_position {
   friend bool operator==(const applied_position&, const applied_position&) = default;
 };
 
+// The stored form of a position (the value at keys::applied()), decoded;
+// errc::internal when corrupt.
+result<applied_position> decode_applied_position(std::string_view value);
+
 class applied_index_store final : public store {
  public:
   explicit applied_index_store(store& inner) : inner_(inner) {}

@@ -1,0 +1,115 @@
+#include "cluster/replica.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "storage/base/bytes.hpp"
+#include "storage/schema.hpp"
+
+namespace onceq::cluster {
+
+namespace {
+
+constexpr std::uint8_t k_snapshot_version = 1;
+// Past every key of every column (their first bytes are letters or topic
+// ids below 2^31).
+const std::string k_keys_end(64, '\xff');
+
+[[noreturn]] void local_fault(std::string_view what, const error& e) {
+  throw std::runtime_error(fmt::format("{}: {}", what, e.message));
+}
+
+}  // namespace
+
+replica::replica(storage::store& store, const message_inspector* inspector, broker_options opts,
+                 render_fn render)
+    : store_(store),
+      applied_(store),
+      broker_(applied_, clock_, inspector, std::move(opts)),
+      render_(std::move(render)) {}
+
+result<void> replica::open() {
+  auto at = applied_.load();
+  if (!at.ok()) return std::move(at).err();
+  if (auto r = broker_.recover(); !r.ok()) return r;
+  resume_clock(clock_, applied_);
+  return {};
+}
+
+std::string replica::apply(std::uint64_t index, std::string_view bytes) {
+  auto e = decode_entry(bytes);
+  if (!e.ok()) local_fault(fmt::format("log entry {}", index), e.err());
+  auto r = apply_at(broker_, clock_, applied_, index, *e);
+  if (r.ok() && !r->has_value()) {
+    // Already in the store (raft replays after a restart): nobody waits for
+    // this reply.
+    return {};
+  }
+  if (!r.ok() && (r.code() == errc::unavailable || r.code() == errc::internal)) {
+    // The store refused the write, or a read failed: this replica cannot
+    // go on; the command changed nothing here.
+    local_fault(fmt::format("applying log entry {}", index), r.err());
+  }
+  if (!r.ok()) return render_(result<log_reply>(std::move(r).err()));
+  return render_(result<log_reply>(std::move(**r)));
+}
+
+std::string replica::snapshot() {
+  byte_writer w;
+  w.byte(k_snapshot_version);
+  for (int c = 0; c < storage::k_column_count; ++c) {
+    auto r = store_.scan(static_cast<storage::column>(c), "", k_keys_end,
+                         [&](std::string_view k, std::string_view v) {
+                           w.byte(static_cast<std::uint8_t>(c + 1));
+                           w.str(k);
+                           w.str(v);
+                           return true;
+                         });
+    if (!r.ok()) local_fault("snapshot", r.err());
+  }
+  w.byte(0);
+  return w.take();
+}
+
+void replica::restore(std::string_view snap) {
+  byte_reader r(snap);
+  std::uint8_t version = 0;
+  if (!r.byte(version) || version != k_snapshot_version) {
+    throw std::runtime_error("snapshot: an unknown format");
+  }
+  storage::batch b;
+  for (int c = 0; c < storage::k_column_count; ++c) {
+    b.del_range(static_cast<storage::column>(c), "", k_keys_end);
+  }
+  std::string position;
+  for (;;) {
+    std::uint8_t tag = 0;
+    if (!r.byte(tag)) throw std::runtime_error("snapshot: truncated");
+    if (tag == 0) break;
+    if (tag > storage::k_column_count) throw std::runtime_error("snapshot: a bad column");
+    std::string k, v;
+    if (!r.str(k) || !r.str(v)) throw std::runtime_error("snapshot: truncated");
+    const auto c = static_cast<storage::column>(tag - 1);
+    if (c == storage::column::meta && k == storage::keys::applied()) position = v;
+    b.put(c, std::move(k), std::move(v));
+  }
+  if (!r.at_end()) throw std::runtime_error("snapshot: bytes after its end");
+  // A snapshot this store already holds (raft restoring its own at start,
+  // before it replays the entries after it) changes nothing: the store is
+  // at or past it, and apply_at skips what it holds.
+  storage::applied_position incoming;
+  if (!position.empty()) {
+    auto p = storage::decode_applied_position(position);
+    if (!p.ok()) local_fault("snapshot", p.err());
+    incoming = *p;
+  }
+  if (incoming.index != 0 && incoming.index <= applied_.applied().index) return;
+  if (auto w = store_.write(b); !w.ok()) local_fault("restoring a snapshot", w.err());
+  if (auto at = applied_.load(); !at.ok()) local_fault("restoring a snapshot", at.err());
+  if (auto rec = broker_.recover(); !rec.ok()) local_fault("restoring a snapshot", rec.err());
+  resume_clock(clock_, applied_);
+}
+
+}  // namespace onceq::cluster
