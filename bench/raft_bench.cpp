@@ -9,7 +9,7 @@
 // fsync and apply).
 //
 //   onceq-raft-bench [--nodes 3] [--proposals 20000] [--in-flight 64] [--bytes 300]
-//                    [--dir /tmp]
+//                    [--heartbeat-ms 100] [--snapshot-every 1024] [--dir /tmp]
 //
 // Talks only to 127.0.0.1; removes its data dirs when done.
 
@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
   const unsigned proposals = arg(argc, argv, "--proposals", 20000);
   const unsigned in_flight = arg(argc, argv, "--in-flight", 64);
   const unsigned bytes = arg(argc, argv, "--bytes", 300);
+  const unsigned heartbeat_ms = arg(argc, argv, "--heartbeat-ms", 100);
+  const unsigned snapshot_every = arg(argc, argv, "--snapshot-every", 1024);
   const std::filesystem::path root = std::filesystem::path(arg_s(argc, argv, "--dir", "/tmp")) /
                                      fmt::format("onceq-raft-bench-{}", ::getpid());
   if (nodes == 0 || nodes > 7 || proposals == 0 || in_flight == 0 || bytes == 0) {
@@ -109,6 +111,9 @@ int main(int argc, char** argv) {
     }
     raft_node_options o;
     o.data_dir = (root / fmt::format("n{}", i + 1)).string();
+    o.heartbeat_timeout_ms = heartbeat_ms;
+    o.snapshot_threshold = snapshot_every;
+    o.election_timeout_ms = std::max(1000u, heartbeat_ms * 10);
     machines.push_back(std::make_unique<counter>());
     auto n = raft_node::start(std::move(*cfg), o, {machines.back().get()});
     if (!n.ok()) {
@@ -191,10 +196,11 @@ int main(int argc, char** argv) {
                                     static_cast<double>(s1->apply_calls - s0->apply_calls)
                               : 0.0;
   std::printf(
-      "raft_node: %u nodes, %u proposals of %u bytes, %u in flight: %.0f entries/s, "
-      "p50 %.2f ms, p99 %.2f ms, %.1f entries per raft_apply, %.1f us CPU per entry "
+      "raft_node: %u nodes, %u proposals of %u bytes, %u in flight, heartbeat %u ms, a "
+      "snapshot every %u entries: %.0f entries/s, p50 %.2f ms, p99 %.2f ms, %.1f entries per "
+      "raft_apply, %.1f us CPU per entry "
       "(all nodes), %u failed\n",
-      nodes, proposals, bytes, in_flight, proposals / secs, pct(0.50) / 1000, pct(0.99) / 1000,
-      per_call, cpu / proposals * 1e6, failed);
+      nodes, proposals, bytes, in_flight, heartbeat_ms, snapshot_every, proposals / secs,
+      pct(0.50) / 1000, pct(0.99) / 1000, per_call, cpu / proposals * 1e6, failed);
   return failed == 0 ? 0 : 1;
 }
