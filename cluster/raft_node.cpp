@@ -2,6 +2,21 @@
 
 #include "cluster/raft_node_impl.hpp"
 
+#ifdef ONCEQ_RAFT_TCP_NODELAY
+// Every uv_tcp_init of the static libraft (its transport's listeners,
+// dials and accepted peers; cluster/CMakeLists.txt links it with
+// --wrap=uv_tcp_init) comes here: the handle gets TCP_NODELAY, which
+// libuv applies when the socket is opened or accepted. Without it, an
+// append queued behind one the peer has not acknowledged waited for the
+// peer's delayed ACK, 40 ms.
+extern "C" int __real_uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle);
+extern "C" int __wrap_uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle) {
+  const int rv = __real_uv_tcp_init(loop, handle);
+  if (rv == 0) (void)uv_tcp_nodelay(handle, 1);  // swallowed: Nagle on is slow, not wrong
+  return rv;
+}
+#endif
+
 namespace onceq::cluster {
 
 std::string_view to_string(raft_errc code) noexcept {
