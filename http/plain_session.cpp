@@ -29,6 +29,7 @@
 #include "http/params.hpp"  // k_json_padding
 #include "http/request_id.hpp"
 #include "http/session.hpp"
+#include "http/session_rules.hpp"
 #include "http/stream_pump.hpp"
 #include "http/wire.hpp"
 #include "storage/base/log.hpp"
@@ -42,18 +43,6 @@ using asio::ip::tcp;
 using steady = std::chrono::steady_clock;
 constexpr auto k_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr auto k_relaxed = std::memory_order_relaxed;
-
-// As session.cpp: after a refused request, read and discard this much of
-// the rest of it for this long before closing, so that the client reads
-// the answer instead of a reset.
-constexpr std::chrono::milliseconds k_drain_time{1000};
-constexpr std::size_t k_drain_bytes = 8u << 20;
-constexpr std::size_t k_max_read_bytes = 64u << 10;
-constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
-
-bool is_http_error(const beast::error_code& ec) {
-  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category();
-}
 
 class plain_session final : public session,
                             public timed,
@@ -220,18 +209,7 @@ class plain_session final : public session,
   // A request the parser refused: 413, 400 with the reason, or (the
   // client left mid-request) nothing.
   void refuse(const beast::error_code& ec) {
-    std::optional<error> why;
-    if (ec == bhttp::error::body_limit) {
-      why = make_error(errc::payload_too_large,
-                       fmt::format("request body is larger than {} bytes", opts_.max_body_bytes));
-    } else if (ec == bhttp::error::header_limit) {
-      why = make_error(errc::invalid_argument, fmt::format("request header is larger than {} bytes",
-                                                           opts_.max_header_bytes));
-    } else if (is_http_error(ec) && ec != bhttp::error::end_of_stream &&
-               ec != bhttp::error::partial_message) {
-      why = make_error(errc::invalid_argument,
-                       fmt::format("malformed HTTP request: {}", ec.message()));
-    }
+    const std::optional<error> why = refusal_of(ec, opts_);
     if (!why) return finish(false);
     // The header may be complete (413): echo the client's request id.
     response res =

@@ -39,6 +39,7 @@
 #include "http/params.hpp"  // k_json_padding
 #include "http/plain_session.hpp"
 #include "http/request_id.hpp"
+#include "http/session_rules.hpp"
 #include "http/stream_pump.hpp"
 #include "storage/base/log.hpp"
 
@@ -51,21 +52,8 @@ using asio::use_awaitable;
 constexpr auto k_tuple = asio::as_tuple(use_awaitable);
 constexpr auto k_relaxed = std::memory_order_relaxed;
 
-// After a rejected request, how long and how much of the rest of it to read
-// and discard before closing, so that the client reads our answer instead
-// of a connection reset.
-constexpr std::chrono::milliseconds k_drain_time{1000};
-constexpr std::size_t k_drain_bytes = 8u << 20;
-
-// Beast's largest single read (http::read_some asks for at most 64 KiB).
-constexpr std::uint64_t k_max_read_bytes = 64u << 10;
-
 std::chrono::milliseconds ms(millis v) {
   return std::chrono::milliseconds(v);
-}
-
-bool is_http_error(const beast::error_code& ec) {
-  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category();
 }
 
 using tls_stream = beast::ssl_stream<beast::tcp_stream>;
@@ -224,7 +212,6 @@ asio::awaitable<void> tls_session::run() {
     if (!ec && !parser.is_done()) {
       const auto& head = parser.get();
       if (head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue")) {
-        static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
         tcp().expires_after(ms(opts_.write_timeout_ms));
         auto [wec, wn] = co_await asio::async_write(
             stream_, asio::buffer(k_continue.data(), k_continue.size()), k_tuple);
@@ -251,19 +238,7 @@ asio::awaitable<void> tls_session::run() {
     }
 
     if (ec) {
-      std::optional<error> why;
-      if (ec == bhttp::error::body_limit) {
-        why = make_error(errc::payload_too_large,
-                         fmt::format("request body is larger than {} bytes", opts_.max_body_bytes));
-      } else if (ec == bhttp::error::header_limit) {
-        why = make_error(
-            errc::invalid_argument,
-            fmt::format("request header is larger than {} bytes", opts_.max_header_bytes));
-      } else if (is_http_error(ec) && ec != bhttp::error::end_of_stream &&
-                 ec != bhttp::error::partial_message) {
-        why = make_error(errc::invalid_argument,
-                         fmt::format("malformed HTTP request: {}", ec.message()));
-      }
+      const std::optional<error> why = refusal_of(ec, opts_);
       // Anything else (the client left, a timeout, shutdown): just close.
       if (why) {
         // The header may be complete (413): echo the client's request id.
