@@ -64,11 +64,14 @@ int fsm_restore(raft_fsm*, raft_buffer* buf) {
   return 0;
 }
 
-class figure8 : public ::testing::Test {
+// Raft's fixture with N voters, each with a recording state machine,
+// bootstrapped and started.
+template <unsigned N>
+class raft_group_fixture : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(raft_fixture_initialize(&f_), 0);
-    for (unsigned i = 0; i < n_servers; i++) {
+    for (unsigned i = 0; i < N; i++) {
       fsms_[i] = raft_fsm{};
       fsms_[i].version = 1;
       fsms_[i].data = &replicas_[i];
@@ -79,7 +82,7 @@ class figure8 : public ::testing::Test {
       replicas_[i].r = raft_fixture_get(&f_, i);
     }
     raft_configuration conf;
-    ASSERT_EQ(raft_fixture_configuration(&f_, n_servers, &conf), 0);
+    ASSERT_EQ(raft_fixture_configuration(&f_, N, &conf), 0);
     ASSERT_EQ(raft_fixture_bootstrap(&f_, &conf), 0);
     raft_configuration_close(&conf);
     ASSERT_EQ(raft_fixture_start(&f_), 0);
@@ -90,6 +93,14 @@ class figure8 : public ::testing::Test {
     if (initialized_) raft_fixture_close(&f_);
   }
 
+  raft_fixture f_{};
+  raft_fsm fsms_[N]{};
+  replica replicas_[N];
+  bool initialized_ = false;
+};
+
+class figure8 : public raft_group_fixture<n_servers> {
+ protected:
   struct raft* r(unsigned i) {
     return raft_fixture_get(&f_, i);
   }
@@ -159,11 +170,6 @@ class figure8 : public ::testing::Test {
     auto* req = new apply_request{};
     ASSERT_EQ(raft_apply(r(i), req, &buf, 1, [](apply_request* q, int, void*) { delete q; }), 0);
   }
-
-  raft_fixture f_{};
-  raft_fsm fsms_[n_servers]{};
-  replica replicas_[n_servers];
-  bool initialized_ = false;
 };
 
 // The paper's terms 2, 3, 4 and 5 are a < b < c < d here (elections may
@@ -259,33 +265,7 @@ TEST_F(figure8, an_entry_of_an_earlier_term_is_not_committed_by_counting_replica
 
 // The rule counts replicas only for entries of the leader's term: a lone
 // voter's own entries are of its term, so it still commits them at once.
-class single_voter : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_EQ(raft_fixture_initialize(&f_), 0);
-    fsm_.version = 1;
-    fsm_.data = &replica_;
-    fsm_.apply = fsm_apply;
-    fsm_.snapshot = fsm_snapshot;
-    fsm_.restore = fsm_restore;
-    ASSERT_EQ(raft_fixture_grow(&f_, &fsm_), 0);
-    replica_.r = raft_fixture_get(&f_, 0);
-    raft_configuration conf;
-    ASSERT_EQ(raft_fixture_configuration(&f_, 1, &conf), 0);
-    ASSERT_EQ(raft_fixture_bootstrap(&f_, &conf), 0);
-    raft_configuration_close(&conf);
-    ASSERT_EQ(raft_fixture_start(&f_), 0);
-    initialized_ = true;
-  }
-  void TearDown() override {
-    if (initialized_) raft_fixture_close(&f_);
-  }
-
-  raft_fixture f_{};
-  raft_fsm fsm_{};
-  replica replica_;
-  bool initialized_ = false;
-};
+using single_voter = raft_group_fixture<1>;
 
 TEST_F(single_voter, commits_its_own_entries) {
   struct raft* r = raft_fixture_get(&f_, 0);
@@ -302,8 +282,8 @@ TEST_F(single_voter, commits_its_own_entries) {
   const raft_index last = raft_last_index(r);
   ASSERT_TRUE(raft_fixture_step_until_applied(&f_, 0, last, 5000));
   EXPECT_EQ(r->commit_index, last);
-  ASSERT_EQ(replica_.applied.size(), 3u);
-  EXPECT_EQ(replica_.applied.rbegin()->second, 3u);
+  ASSERT_EQ(replicas_[0].applied.size(), 3u);
+  EXPECT_EQ(replicas_[0].applied.rbegin()->second, 3u);
 }
 
 }  // namespace
