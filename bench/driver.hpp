@@ -36,6 +36,13 @@ struct run_setup {
   std::size_t batch = 100;
   int wait_ms = 100;
   consume_mode mode = consume_mode::batch;
+  // Cluster failover probe: producers ride out a dead node. A write attempt
+  // that fails (connection lost or refused, no answer within attempt_ms, no
+  // leader) is sent again, the same message id, after retry_ms, through
+  // another node when the one used is gone, until it is acknowledged.
+  bool failover = false;
+  int attempt_ms = 250;
+  int retry_ms = 10;
 };
 
 // One producer connection. Used by one thread at a time.
@@ -48,6 +55,13 @@ class producer {
  public:
   virtual ~producer() = default;
   virtual std::size_t produce(std::span<const bench_message> batch) = 0;
+  // When the attempt that got the last produce() acknowledged was sent
+  // (steady_now_ns()); 0 if the producer does not track it. A failover
+  // producer may have sent several.
+  virtual std::uint64_t last_attempt_ns() const { return 0; }
+  // The node that the last acknowledged produce() went through ("" if not
+  // known).
+  virtual std::string last_node() const { return {}; }
 };
 
 // One consumer connection in the run's group. Used by one thread at a time.
@@ -74,6 +88,28 @@ struct key_check {
   std::size_t sampled = 0;
   std::size_t committed = 0;
   std::string first_problem;
+};
+
+// A system running as a cluster (--cluster N): what the failover probe
+// needs. Nodes are numbered 0..size()-1. Throws std::runtime_error on
+// failures.
+class cluster_control {
+ public:
+  virtual ~cluster_control() = default;
+  virtual std::size_t size() const = 0;
+  virtual std::string node_name(std::size_t i) const = 0;
+  // The node leading the topic of `s` now (onceq: the leader of its shard;
+  // JetStream: the stream leader). Clients made after this call connect as
+  // --cluster-clients says, relative to this leader.
+  virtual std::size_t leader_of(const run_setup& s) = 0;
+  // kill -9 of node i. Returns how it ended.
+  virtual std::string kill(std::size_t i) = 0;
+  // Starts node i again (same data dir and ports) and waits until it has
+  // rejoined: it serves, the topic of `s` has a leader, and node i has
+  // caught up with the leader's log as it was when i started.
+  virtual void restart(std::size_t i, const run_setup& s, std::chrono::milliseconds timeout) = 0;
+  // Which nodes the clients use, for the report.
+  virtual std::string client_placement(const run_setup& s) const = 0;
 };
 
 // One system under test: starts its server, sets up a run, opens
@@ -106,6 +142,10 @@ class system_driver {
   virtual std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) = 0;
   virtual key_check check_keys(const run_setup&, std::span<const std::uint64_t>) { return {}; }
   virtual server_process& process() = 0;
+  // CPU and peak RSS of the server: the sum over a cluster's nodes.
+  virtual process_usage usage() { return process().usage(); }
+  // Non-null when this system runs as a cluster.
+  virtual cluster_control* cluster() { return nullptr; }
   // Stops the server; returns how it ended.
   virtual std::string stop() = 0;
 };

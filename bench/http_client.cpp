@@ -159,6 +159,11 @@ http_response& http_client::request(http::verb method, std::string_view target, 
   if (!res.keep_alive()) close_socket();
   last_.status = static_cast<int>(res.result_int());
   last_.body = std::move(res.body());
+  if (const auto it = res.find("X-Onceq-Node"); it != res.end()) {
+    last_.node.assign(it->value().data(), it->value().size());
+  } else {
+    last_.node.clear();
+  }
   return last_;
 }
 

@@ -14,6 +14,7 @@ namespace onceq::bench {
 struct http_response {
   int status = 0;
   std::string body;
+  std::string node;  // X-Onceq-Node (a cluster node's id), "" if absent
 };
 
 // A blocking HTTP/1.1 keep-alive client on one connection (a plain socket,

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "bench/failover.hpp"
 #include "bench/nats_driver.hpp"
 #include "bench/onceq_driver.hpp"
 #include "bench/options.hpp"
@@ -93,25 +94,40 @@ int main(int argc, char** argv) {
       }
     }
   }
+  std::vector<failover_result> failovers;
+  if (o.failover_runs > 0) {
+    for (const auto d : o.durabilities) {
+      for (auto& drv : drivers) {
+        failovers.push_back(run_failover(*drv, d, o));
+        if (!failovers.back().version.empty()) {
+          ctx.versions[failovers.back().system] = failovers.back().version;
+        }
+      }
+    }
+  }
   for (auto& drv : drivers) {
     if (!ctx.versions.contains(std::string(drv->name()))) {
       ctx.versions[std::string(drv->name())] = drv->version();
     }
   }
 
-  const std::string md = render_markdown(runs, o, ctx);
+  const std::string md = render_markdown(runs, failovers, o, ctx);
   std::fputs(md.c_str(), stdout);
   int rc = 0;
   if (!o.out_md.empty() && !write_file(o.out_md, md)) {
     std::fprintf(stderr, "onceq-bench: cannot write %s\n", o.out_md.c_str());
     rc = 1;
   }
-  if (!o.out_json.empty() && !write_file(o.out_json, render_json(runs, o, ctx).dump(2) + "\n")) {
+  if (!o.out_json.empty() &&
+      !write_file(o.out_json, render_json(runs, failovers, o, ctx).dump(2) + "\n")) {
     std::fprintf(stderr, "onceq-bench: cannot write %s\n", o.out_json.c_str());
     rc = 1;
   }
   for (const auto& r : runs) {
     if (!r.error.empty()) rc = rc == 0 ? 3 : rc;
+  }
+  for (const auto& f : failovers) {
+    if (!f.error.empty()) rc = rc == 0 ? 3 : rc;
   }
   return rc;
 }

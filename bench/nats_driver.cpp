@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "bench/cluster_nodes.hpp"
+
 namespace onceq::bench {
 namespace {
 
@@ -32,16 +34,33 @@ std::string subject_of(const run_setup& s) {
   return s.topic + ".msgs";
 }
 
-// One connection plus its JetStream context.
+// A server of the run: the single one, or one node of a cluster.
+struct nats_node {
+  std::string name;  // server_name ("n1"); "" for a single server
+  std::string url;   // nats://127.0.0.1:PORT
+};
+
+// One connection plus its JetStream context. nodes[0] is the server it
+// connects to; with `reconnect` (a failover producer) it moves to the
+// others, in order, when that one goes, waiting `reconnect_wait` between
+// rounds of the list. Otherwise a lost server fails the connection.
 class nats_connection {
  public:
-  nats_connection(int port, jsOptions* jo) {
+  nats_connection(const std::vector<nats_node>& nodes, jsOptions* jo, bool reconnect = false,
+                  int reconnect_wait_ms = 0) {
     natsOptions* opts = nullptr;
     check(natsOptions_Create(&opts), "options");
-    const auto url = fmt::format("nats://127.0.0.1:{}", port);
-    natsOptions_SetURL(opts, url.c_str());
+    std::vector<const char*> urls;
+    for (const auto& n : nodes) urls.push_back(n.url.c_str());
+    natsOptions_SetServers(opts, urls.data(), static_cast<int>(urls.size()));
+    natsOptions_SetNoRandomize(opts, true);
     natsOptions_SetTimeout(opts, 10000);
-    natsOptions_SetAllowReconnect(opts, false);
+    natsOptions_SetAllowReconnect(opts, reconnect);
+    if (reconnect) {
+      natsOptions_SetMaxReconnect(opts, 1'000'000);
+      natsOptions_SetReconnectWait(opts, std::max(reconnect_wait_ms, 1));
+      natsOptions_SetReconnectJitter(opts, 0, 0);
+    }
     const natsStatus s = natsConnection_Connect(&nc_, opts);
     natsOptions_Destroy(opts);
     check(s, "connect");
@@ -64,20 +83,26 @@ class nats_connection {
 
 class nats_producer final : public producer {
  public:
-  nats_producer(int port, const run_setup& s) : subject_(subject_of(s)) {
+  nats_producer(std::vector<nats_node> nodes, const run_setup& s)
+      : subject_(subject_of(s)),
+        nodes_(std::move(nodes)),
+        failover_(s.failover),
+        attempt_ms_(s.attempt_ms),
+        retry_pause_(s.retry_ms) {
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = k_timeout_ms;
     jo.PublishAsync.MaxPending = static_cast<int64_t>(std::max<std::size_t>(s.batch * 2, 256));
     jo.PublishAsync.AckHandler = &nats_producer::on_ack;
     jo.PublishAsync.AckHandlerClosure = this;
-    conn_ = std::make_unique<nats_connection>(port, &jo);
+    conn_ = std::make_unique<nats_connection>(nodes_, &jo, failover_, s.retry_ms);
   }
 
   std::size_t produce(std::span<const bench_message> batch) override {
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MaxWait = k_timeout_ms;
+    if (failover_ && batch.size() == 1) return publish_until_acknowledged(batch[0], po);
     if (batch.size() == 1) {
       po.MsgId = batch[0].msg_id.c_str();
       jsPubAck* pa = nullptr;
@@ -110,7 +135,46 @@ class nats_producer final : public producer {
     return duplicates_;
   }
 
+  std::uint64_t last_attempt_ns() const override { return attempt_ns_; }
+  std::string last_node() const override { return last_node_; }
+
  private:
+  // The failover probe's publish: every attempt waits attempt_ms_ for its
+  // ack (a publish sent while the stream has no leader is dropped, so only
+  // the deadline ends it); any failure is retried after retry_pause_ with
+  // the same Nats-Msg-Id, while libnats reconnects to the next server.
+  std::size_t publish_until_acknowledged(const bench_message& m, jsPubOptions& po) {
+    po.MsgId = m.msg_id.c_str();
+    po.MaxWait = attempt_ms_;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+      attempt_ns_ = steady_now_ns();
+      jsPubAck* pa = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      const natsStatus st = js_Publish(&pa, conn_->js(), subject_.c_str(), m.payload.data(),
+                                       static_cast<int>(m.payload.size()), &po, &jerr);
+      if (st == NATS_OK) {
+        const bool dup = pa != nullptr && pa->Duplicate;
+        jsPubAck_Destroy(pa);
+        last_node_ = connected_node();
+        return dup ? 1 : 0;
+      }
+      if (std::chrono::steady_clock::now() > deadline) check(st, "publish (failover)", jerr);
+      std::this_thread::sleep_for(retry_pause_);
+    }
+  }
+
+  std::string connected_node() const {
+    char url[256] = {0};
+    if (natsConnection_GetConnectedUrl(conn_->nc(), url, sizeof(url)) != NATS_OK) return {};
+    const std::string_view u(url);
+    for (const auto& n : nodes_) {
+      const auto port = n.url.substr(n.url.rfind(':'));
+      if (u.size() >= port.size() && u.substr(u.size() - port.size()) == port) return n.name;
+    }
+    return std::string(u);
+  }
+
   static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
     auto* self = static_cast<nats_producer*>(closure);
     if (pa != nullptr && pa->Duplicate) ++self->duplicates_;
@@ -125,6 +189,12 @@ class nats_producer final : public producer {
   }
 
   std::string subject_;
+  std::vector<nats_node> nodes_;
+  bool failover_;
+  int64_t attempt_ms_;
+  std::chrono::milliseconds retry_pause_;
+  std::uint64_t attempt_ns_ = 0;
+  std::string last_node_;
   std::unique_ptr<nats_connection> conn_;
   std::atomic<std::size_t> duplicates_{0};
   std::atomic<std::size_t> errors_{0};
@@ -134,7 +204,7 @@ class nats_producer final : public producer {
 
 class nats_consumer final : public consumer {
  public:
-  nats_consumer(int port, const run_setup& s) : conn_(port, nullptr) {
+  nats_consumer(const std::vector<nats_node>& nodes, const run_setup& s) : conn_(nodes, nullptr) {
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Stream = k_stream;
@@ -197,19 +267,45 @@ class nats_consumer final : public consumer {
   std::vector<std::string_view> payloads_;
 };
 
-class nats_driver final : public system_driver {
+// jsStreamInfo from a connection; nullptr (and `why`) on a failure.
+struct stream_info_deleter {
+  void operator()(jsStreamInfo* si) const { jsStreamInfo_Destroy(si); }
+};
+using stream_info_ptr = std::unique_ptr<jsStreamInfo, stream_info_deleter>;
+
+stream_info_ptr stream_info(nats_connection& conn, std::string& why) {
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 2000;
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  const natsStatus st = js_GetStreamInfo(&si, conn.js(), k_stream, &jo, &jerr);
+  if (st != NATS_OK) {
+    why = fmt::format("stream info: {} (js error {})", natsStatus_GetText(st),
+                      static_cast<int>(jerr));
+    return nullptr;
+  }
+  return stream_info_ptr(si);
+}
+
+// nats-server -js alone, or --cluster N: N servers with routes to each
+// other, JetStream on each (its own store dir), and an R N stream.
+class nats_driver final : public system_driver, public cluster_control {
  public:
   explicit nats_driver(const bench_options& o) : o_(o) {}
   ~nats_driver() override {
     proc_.stop();
+    nodes_.stop_all();
     nats_Close();
   }
 
   std::string_view name() const override { return "nats"; }
 
   std::string setting(durability d) const override {
-    return d == durability::synced ? "JetStream sync_interval: always"
-                                   : "JetStream default (periodic background fsync)";
+    const std::string cluster =
+        o_.cluster > 0 ? fmt::format(", {}-node cluster, R{} stream", o_.cluster, o_.cluster) : "";
+    return d == durability::synced ? "JetStream sync_interval: always" + cluster
+                                   : "JetStream default (periodic background fsync)" + cluster;
   }
 
   bool supports(durability d, std::string& why) override {
@@ -245,20 +341,22 @@ class nats_driver final : public system_driver {
   }
 
   void start(durability d, const std::filesystem::path& dir) override {
+    if (o_.cluster > 0) return start_cluster(d, dir);
     std::filesystem::create_directories(dir / "store");
-    port_ = pick_free_port();
+    const int port = pick_free_port();
     std::vector<std::string> argv;
     if (d == durability::synced) {
       const auto conf = dir / "nats.conf";
       std::ofstream out(conf);
-      out << "listen: 127.0.0.1:" << port_ << "\njetstream {\n  store_dir: \""
+      out << "listen: 127.0.0.1:" << port << "\njetstream {\n  store_dir: \""
           << (dir / "store").string() << "\"\n  sync_interval: always\n}\n";
       out.close();
       argv = {o_.nats_server, "-c", conf.string()};
     } else {
-      argv = {o_.nats_server,          "-js", "-a", "127.0.0.1", "-p", std::to_string(port_), "-sd",
+      argv = {o_.nats_server,          "-js", "-a", "127.0.0.1", "-p", std::to_string(port), "-sd",
               (dir / "store").string()};
     }
+    servers_ = {nats_node{"", fmt::format("nats://127.0.0.1:{}", port)}};
     proc_.start(argv, dir / "nats-server.log");
     if (!proc_.wait_for_log("Server is ready", 30s)) {
       throw std::runtime_error(
@@ -267,7 +365,7 @@ class nats_driver final : public system_driver {
   }
 
   void prepare(const run_setup& s) override {
-    nats_connection conn(port_, nullptr);
+    nats_connection conn(servers_, nullptr);
     const std::string subject = subject_of(s);
     const char* subjects[] = {subject.c_str()};
     jsStreamConfig sc;
@@ -277,31 +375,119 @@ class nats_driver final : public system_driver {
     sc.SubjectsLen = 1;
     sc.Retention = js_WorkQueuePolicy;
     sc.Storage = js_FileStorage;
-    jsStreamInfo* si = nullptr;
-    jsErrCode jerr = static_cast<jsErrCode>(0);
-    check(js_AddStream(&si, conn.js(), &sc, nullptr, &jerr), "add stream", jerr);
-    jsStreamInfo_Destroy(si);
-
+    sc.Replicas = std::max(o_.cluster, 1);
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
     cc.Durable = s.group.c_str();
     cc.AckPolicy = js_AckExplicit;
     cc.AckWait = static_cast<int64_t>(s.lease_ms) * 1'000'000;
     cc.MaxAckPending = 65536;
-    jsConsumerInfo* ci = nullptr;
-    check(js_AddConsumer(&ci, conn.js(), k_stream, &cc, nullptr, &jerr), "add consumer", jerr);
-    jsConsumerInfo_Destroy(ci);
+    // A cluster may still be placing things right after its meta leader
+    // appeared: asked again for a while.
+    const auto deadline = std::chrono::steady_clock::now() + (o_.cluster > 0 ? 60s : 0s);
+    for (;;) {
+      jsStreamInfo* si = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      const natsStatus st = js_AddStream(&si, conn.js(), &sc, nullptr, &jerr);
+      jsStreamInfo_Destroy(si);
+      if (st == NATS_OK || std::chrono::steady_clock::now() > deadline) {
+        check(st, "add stream", jerr);
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    for (;;) {
+      jsConsumerInfo* ci = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      const natsStatus st = js_AddConsumer(&ci, conn.js(), k_stream, &cc, nullptr, &jerr);
+      jsConsumerInfo_Destroy(ci);
+      if (st == NATS_OK || std::chrono::steady_clock::now() > deadline) {
+        check(st, "add consumer", jerr);
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    if (o_.cluster > 0) locate_leader(60s);
   }
 
-  std::unique_ptr<producer> make_producer(const run_setup& s, int) override {
-    return std::make_unique<nats_producer>(port_, s);
+  std::unique_ptr<producer> make_producer(const run_setup& s, int index) override {
+    return std::make_unique<nats_producer>(nodes_for(index), s);
   }
-  std::unique_ptr<consumer> make_consumer(const run_setup& s, int) override {
-    return std::make_unique<nats_consumer>(port_, s);
+  std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) override {
+    return std::make_unique<nats_consumer>(nodes_for(index), s);
   }
 
-  server_process& process() override { return proc_; }
-  std::string stop() override { return proc_.stop(); }
+  server_process& process() override { return o_.cluster > 0 ? nodes_.process(0) : proc_; }
+  process_usage usage() override { return o_.cluster > 0 ? nodes_.usage() : proc_.usage(); }
+  cluster_control* cluster() override { return o_.cluster > 0 ? this : nullptr; }
+
+  std::string stop() override {
+    if (o_.cluster > 0) {
+      auto out = nodes_.stop_all();
+      nodes_ = cluster_nodes{};
+      return out;
+    }
+    return proc_.stop();
+  }
+
+  // cluster_control
+  std::size_t size() const override { return servers_.size(); }
+  std::string node_name(std::size_t i) const override { return servers_.at(i).name; }
+
+  std::size_t leader_of(const run_setup&) override {
+    locate_leader(60s);
+    return leader_;
+  }
+
+  std::string kill(std::size_t i) override { return nodes_.kill(i); }
+
+  // Rejoined: the stream has a leader and every other replica, node i
+  // among them, is current (caught up) and was heard from within a second.
+  void restart(std::size_t i, const run_setup&, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    nodes_.start(i, "Server is ready", timeout);
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      try {
+        nats_connection conn(servers_, nullptr);
+        while (std::chrono::steady_clock::now() < deadline) {
+          const auto si = stream_info(conn, last);
+          if (si && si->Cluster != nullptr && si->Cluster->Leader != nullptr &&
+              *si->Cluster->Leader != '\0') {
+            const auto* c = si->Cluster;
+            bool seen = servers_[i].name == c->Leader;
+            bool current = c->ReplicasLen == static_cast<int>(servers_.size()) - 1;
+            for (int k = 0; k < c->ReplicasLen; ++k) {
+              const auto* p = c->Replicas[k];
+              seen = seen || servers_[i].name == p->Name;
+              current = current && p->Current && !p->Offline && p->Active < 1'000'000'000;
+            }
+            if (seen && current) {
+              locate_leader(timeout);
+              return;
+            }
+            last = fmt::format("leader {}, {} replicas, {} current: {}", c->Leader, c->ReplicasLen,
+                               servers_[i].name, seen && current);
+          }
+          std::this_thread::sleep_for(50ms);
+        }
+      } catch (const std::exception& e) {
+        last = e.what();
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    throw std::runtime_error(
+        fmt::format("nats server {} did not catch up in time; last: {}", servers_[i].name, last));
+  }
+
+  std::string client_placement(const run_setup&) const override {
+    if (o_.cluster_spread) {
+      return fmt::format("client i to server i mod {} (spread); the stream led by {}",
+                         servers_.size(), servers_.at(leader_).name);
+    }
+    return fmt::format("every client to {} ({}), the stream leader at the start",
+                       servers_.at(leader_).name, servers_.at(leader_).url);
+  }
 
  private:
   static std::string trim(std::string s) {
@@ -310,9 +496,106 @@ class nats_driver final : public system_driver {
     return s;
   }
 
+  // One config file per server (server_name, client and route listeners,
+  // routes to every other server, JetStream with its own store dir), all
+  // started, then the wait for a JetStream meta leader (account info is
+  // refused until one is elected).
+  void start_cluster(durability d, const std::filesystem::path& dir) {
+    const auto n = static_cast<std::size_t>(o_.cluster);
+    std::vector<int> client_ports;
+    std::vector<int> route_ports;
+    servers_.clear();
+    for (std::size_t k = 0; k < n; ++k) {
+      client_ports.push_back(pick_free_port());
+      route_ports.push_back(pick_free_port());
+      servers_.push_back(nats_node{fmt::format("n{}", k + 1),
+                                   fmt::format("nats://127.0.0.1:{}", client_ports[k])});
+    }
+    nodes_ = cluster_nodes{};
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto store = dir / servers_[k].name;
+      std::filesystem::create_directories(store);
+      std::string routes;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (j == k) continue;
+        if (!routes.empty()) routes += ", ";
+        routes += fmt::format("\"nats://127.0.0.1:{}\"", route_ports[j]);
+      }
+      const auto conf = dir / fmt::format("{}.conf", servers_[k].name);
+      std::ofstream out(conf);
+      out << fmt::format(
+          "server_name: {}\nlisten: 127.0.0.1:{}\njetstream {{\n  store_dir: \"{}\"\n{}}}\n"
+          "cluster {{\n  name: onceq-bench\n  listen: 127.0.0.1:{}\n  routes: [{}]\n}}\n",
+          servers_[k].name, client_ports[k], store.string(),
+          d == durability::synced ? "  sync_interval: always\n" : "", route_ports[k], routes);
+      out.close();
+      if (!out) throw std::runtime_error(fmt::format("cannot write {}", conf.string()));
+      nodes_.add(servers_[k].name, {o_.nats_server, "-c", conf.string()}, dir);
+    }
+    nodes_.start_all("Server is ready", 30s);
+
+    nats_connection conn(servers_, nullptr);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+      jsOptions jo;
+      jsOptions_Init(&jo);
+      jo.Wait = 2000;
+      jsAccountInfo* ai = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      const natsStatus st = js_GetAccountInfo(&ai, conn.js(), &jo, &jerr);
+      jsAccountInfo_Destroy(ai);
+      if (st == NATS_OK) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        check(st, "JetStream meta leader (account info)", jerr);
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  // The stream leader (by server_name) as a node index, retried while the
+  // stream has none.
+  void locate_leader(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      try {
+        nats_connection conn(servers_, nullptr);
+        const auto si = stream_info(conn, last);
+        if (si && si->Cluster != nullptr && si->Cluster->Leader != nullptr) {
+          for (std::size_t k = 0; k < servers_.size(); ++k) {
+            if (servers_[k].name == si->Cluster->Leader) {
+              leader_ = k;
+              return;
+            }
+          }
+          last = fmt::format("leader '{}'", si->Cluster->Leader);
+        }
+      } catch (const std::exception& e) {
+        last = e.what();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    throw std::runtime_error(
+        fmt::format("nats: stream {} has no leader; last: {}", k_stream, last));
+  }
+
+  // The servers a client uses, the first one first: the single server; in
+  // a cluster the stream leader (or server index mod N with
+  // --cluster-clients spread), then the others in order from there.
+  std::vector<nats_node> nodes_for(int index) const {
+    if (o_.cluster == 0) return servers_;
+    const std::size_t n = servers_.size();
+    const std::size_t first = o_.cluster_spread ? static_cast<std::size_t>(index) % n : leader_;
+    std::vector<nats_node> out;
+    for (std::size_t k = 0; k < n; ++k) out.push_back(servers_[(first + k) % n]);
+    return out;
+  }
+
   bench_options o_;
-  server_process proc_;
-  int port_ = 0;
+  server_process proc_;  // one server
+  cluster_nodes nodes_;  // --cluster N
+  std::vector<nats_node> servers_;
+  std::size_t leader_ = 0;  // the stream leader, as last located
   std::string version_;
   std::optional<std::string> sync_probe_;
 };

@@ -9,10 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include "bench/cluster_nodes.hpp"
 #include "bench/http_client.hpp"
 
 namespace onceq::bench {
@@ -23,6 +27,8 @@ using namespace std::chrono_literals;
 
 constexpr auto k_request_timeout = 30s;
 constexpr int k_max_backpressure_retries = 1000;
+// A failover producer gives up on a message after this long.
+constexpr auto k_failover_deadline = 60s;
 
 [[noreturn]] void fail(std::string_view what, const http_response& r) {
   throw std::runtime_error(
@@ -120,32 +126,65 @@ std::optional<std::size_t> scan_results(std::string& body, Fn&& fn) {
   return scan_items(text, body.data() + body.capacity(), "results", std::forward<Fn>(fn));
 }
 
-// Backpressure (429) is answered by waiting as the server asks; a retried
-// produce is safe because every message carries a msg_id (dedup).
-http_response& post_with_backpressure(http_client& c, std::string_view target,
-                                      const std::string& body) {
+// The wait a refusal asks for: retry_after_ms in the body (429 and 503
+// carry it), else 10 ms; at most 1 s.
+std::chrono::milliseconds retry_after(const http_response& r) {
+  long wait_ms = 10;
+  try {
+    wait_ms = nlohmann::json::parse(r.body).value("retry_after_ms", 10L);
+  } catch (const nlohmann::json::exception&) {
+    // Swallowed on purpose: a refusal without a parsable hint waits 10 ms.
+  }
+  return std::chrono::milliseconds(std::clamp(wait_ms, 1L, 1000L));
+}
+
+bool refused_for_now(int status) {
+  return status == 429 || status == 503;
+}
+
+// Backpressure (429) and a shard without a leader (503, a cluster) are
+// answered by waiting as the server asks; a retried produce is safe because
+// every message carries a msg_id (dedup), a retried ack because acks are
+// idempotent for the same owner.
+http_response& request_with_backpressure(
+    http_client& c, verb method, std::string_view target, const std::string& body,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(k_request_timeout)) {
   for (int attempt = 0;; ++attempt) {
-    auto& r = c.request(verb::post, target, body, k_request_timeout);
-    if (r.status != 429 || attempt >= k_max_backpressure_retries) return r;
-    long wait_ms = 10;
-    try {
-      wait_ms = nlohmann::json::parse(r.body).value("retry_after_ms", 10L);
-    } catch (const nlohmann::json::exception&) {
-      // Swallowed on purpose: a 429 without a parsable hint waits 10 ms.
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp(wait_ms, 1L, 1000L)));
+    auto& r = c.request(method, target, body, timeout);
+    if (!refused_for_now(r.status) || attempt >= k_max_backpressure_retries) return r;
+    std::this_thread::sleep_for(retry_after(r));
   }
 }
+
+http_response& post_with_backpressure(http_client& c, std::string_view target,
+                                      const std::string& body) {
+  return request_with_backpressure(c, verb::post, target, body);
+}
+
+// A node of the run: the single server, or one node of a cluster.
+struct endpoint {
+  std::string name;  // the cluster's node id; "" for a single server
+  std::string host = "127.0.0.1";
+  int port = 0;
+};
 
 // Topic t of a run: the run's topic, then "<topic>-1", "<topic>-2", ...
 std::string topic_name(const run_setup& s, int t) {
   return t == 0 ? s.topic : fmt::format("{}-{}", s.topic, t);
 }
 
+// nodes[0] is the node this producer uses; the others are where a failover
+// producer (run_setup::failover) goes when it cannot reach nodes[0].
 class onceq_producer final : public producer {
  public:
-  onceq_producer(int port, const run_setup& s, int index)
-      : client_("127.0.0.1", port), topic_(topic_name(s, index % s.topics)) {}
+  onceq_producer(std::vector<endpoint> nodes, const run_setup& s, int index)
+      : nodes_(std::move(nodes)),
+        topic_(topic_name(s, index % s.topics)),
+        failover_(s.failover),
+        attempt_timeout_(s.attempt_ms),
+        retry_pause_(s.retry_ms) {
+    if (!failover_) client_ = std::make_unique<http_client>(nodes_[0].host, nodes_[0].port);
+  }
 
   std::size_t produce(std::span<const bench_message> batch) override {
     body_.clear();
@@ -164,8 +203,10 @@ class onceq_producer final : public producer {
       }
       body_ += "]}";
     }
-    auto& r = post_with_backpressure(client_, "/v1/produce", body_);
+    auto& r = failover_ ? send_until_acknowledged()
+                        : post_with_backpressure(*client_, "/v1/produce", body_);
     if (r.status != 200) fail("produce", r);
+    last_node_ = r.node.empty() ? nodes_[at_].name : r.node;
     // Scanned, not parsed into a DOM: the client's CPU shares the machine
     // with the server, as a hand-rolled reader in any real client would.
     std::size_t dups = 0;
@@ -195,10 +236,46 @@ class onceq_producer final : public producer {
     return dups;
   }
 
+  std::uint64_t last_attempt_ns() const override { return attempt_ns_; }
+  std::string last_node() const override { return last_node_; }
+
  private:
-  http_client client_;
+  // The failover probe's produce: every attempt has attempt_timeout_; a
+  // refusal (503 without a leader, 429) is retried on the same node after
+  // retry_pause_ (not the server's Retry-After: the probe measures the
+  // cluster's recovery, not a client's back-off); a node that cannot be
+  // reached or does not answer in time is left for the next one.
+  http_response& send_until_acknowledged() {
+    const auto deadline = std::chrono::steady_clock::now() + k_failover_deadline;
+    for (;;) {
+      attempt_ns_ = steady_now_ns();
+      try {
+        if (!client_) client_ = std::make_unique<http_client>(nodes_[at_].host, nodes_[at_].port);
+        auto& r = client_->request(verb::post, "/v1/produce", body_, attempt_timeout_);
+        if (!refused_for_now(r.status)) return r;
+      } catch (const std::runtime_error&) {
+        // Swallowed on purpose: the node is gone or silent; try the next.
+        client_.reset();
+        at_ = (at_ + 1) % nodes_.size();
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error(fmt::format("onceq produce: no node acknowledged it within {} s",
+                                             k_failover_deadline.count()));
+      }
+      std::this_thread::sleep_for(retry_pause_);
+    }
+  }
+
+  std::vector<endpoint> nodes_;
+  std::size_t at_ = 0;  // the node in use
+  std::unique_ptr<http_client> client_;
   std::string topic_;
   std::string body_;
+  bool failover_;
+  std::chrono::milliseconds attempt_timeout_;
+  std::chrono::milliseconds retry_pause_;
+  std::uint64_t attempt_ns_ = 0;
+  std::string last_node_;
 };
 
 struct delivery_id {
@@ -255,11 +332,11 @@ void append_acks(std::string& out, std::span<const delivery_id> ids) {
 // max_messages on its own connection; acks as in batch.
 class onceq_consumer final : public consumer {
  public:
-  onceq_consumer(int port, const run_setup& s, int index)
-      : client_("127.0.0.1", port), setup_(s), owner_(fmt::format("c{}", index)) {
+  onceq_consumer(const endpoint& node, const run_setup& s, int index)
+      : client_(node.host, node.port), setup_(s), owner_(fmt::format("c{}", index)) {
     if (s.mode == consume_mode::stream) {
       stream_ = std::make_unique<http_line_stream>(
-          "127.0.0.1", port,
+          node.host, node.port,
           fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic, s.group,
                       owner_, s.lease_ms));
     }
@@ -288,7 +365,9 @@ class onceq_consumer final : public consumer {
       held_.clear();
     }
     req += '}';
-    auto& r = client_.request(verb::post, "/v1/consume", std::move(req), k_request_timeout + wait);
+    // A refused consume leased nothing and acked nothing: asked again.
+    auto& r = request_with_backpressure(client_, verb::post, "/v1/consume", req,
+                                        k_request_timeout + wait);
     if (r.status != 200) fail("consume", r);
     body_ = std::move(r.body);
     std::string_view rest = padded(body_);
@@ -322,7 +401,7 @@ class onceq_consumer final : public consumer {
                                   setup_.topic, setup_.group, owner_);
     append_acks(req, ids);
     req += "]}";
-    auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
+    auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
     if (r.status != 200) fail("ack", r);
     const auto n = scan_results(r.body, [&](std::size_t i, std::string_view key, od::value v) {
       if (key != "status" || i >= accepted.size()) return true;
@@ -343,7 +422,7 @@ class onceq_consumer final : public consumer {
     req += "]}";
     const std::size_t n = held_.size();
     held_.clear();
-    auto& r = client_.request(verb::post, "/v1/ack", std::move(req), k_request_timeout);
+    auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
     if (r.status != 200) fail("ack", r);
     std::size_t acked = 0;
     const auto got = scan_results(r.body, [&](std::size_t, std::string_view key, od::value v) {
@@ -394,15 +473,58 @@ class onceq_consumer final : public consumer {
   std::vector<delivery_id> held_;  // piggyback: acked with the next fetch
 };
 
-class onceq_driver final : public system_driver {
+// GET /v1/cluster of one node, parsed; throws on a failure or a refusal.
+nlohmann::json cluster_view(const endpoint& node) {
+  http_client c(node.host, node.port);
+  auto& r = c.request(verb::get, "/v1/cluster", "", 5s);
+  if (r.status != 200) fail("GET /v1/cluster", r);
+  try {
+    return nlohmann::json::parse(r.body);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format("onceq GET /v1/cluster: {}", e.what()));
+  }
+}
+
+// A shard's leader in a /v1/cluster answer ("" while it has none).
+std::string leader_in(const nlohmann::json& shard) {
+  const auto it = shard.find("leader");
+  return it != shard.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+bool shard_has_topic(const nlohmann::json& shard, std::string_view topic) {
+  const auto it = shard.find("topics");
+  if (it == shard.end() || !it->is_array()) return false;
+  for (const auto& t : *it) {
+    if (t.is_string() && t.get<std::string>() == topic) return true;
+    if (t.is_object() && t.value("name", "") == topic) return true;
+  }
+  return false;
+}
+
+// "--shards N" / "--shards=N" among the extra onceqd flags; 0 if absent.
+unsigned shards_in(const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    if (args[i] == "--shards" && i + 1 < args.size()) v = args[i + 1];
+    if (args[i].rfind("--shards=", 0) == 0) v = args[i].substr(9);
+    if (!v.empty()) return static_cast<unsigned>(std::max(0, std::atoi(v.c_str())));
+  }
+  return 0;
+}
+
+// onceqd alone (--listen 127.0.0.1:0), or --cluster N: N onceqd processes
+// sharing one cluster file, each with its own data dir.
+class onceq_driver final : public system_driver, public cluster_control {
  public:
   explicit onceq_driver(const bench_options& o) : o_(o) {}
 
   std::string_view name() const override { return "onceq"; }
 
   std::string setting(durability d) const override {
-    return fmt::format("--fsync {}{}{}", policy(d), o_.onceqd_args.empty() ? "" : " ",
-                       fmt::join(o_.onceqd_args, " "));
+    return fmt::format(
+        "--fsync {}{}{}{}", policy(d), o_.onceqd_args.empty() ? "" : " ",
+        fmt::join(o_.onceqd_args, " "),
+        o_.cluster > 0 ? fmt::format(", {}-node cluster (--cluster)", o_.cluster) : std::string{});
   }
 
   bool supports(durability, std::string& why) override {
@@ -418,6 +540,7 @@ class onceq_driver final : public system_driver {
   std::string version() override { return version_.empty() ? "unknown" : version_; }
 
   void start(durability d, const std::filesystem::path& dir) override {
+    if (o_.cluster > 0) return start_cluster(d, dir);
     std::filesystem::create_directories(dir / "data");
     std::vector<std::string> argv{
         o_.onceqd, "--listen", "127.0.0.1:0", "--data-dir", (dir / "data").string(),
@@ -429,49 +552,64 @@ class onceq_driver final : public system_driver {
       throw std::runtime_error(
           fmt::format("onceqd did not report listening; see {}", proc_.log_path().string()));
     }
-    port_ = std::stoi(line->substr(line->rfind(':') + 1));
-    http_client c("127.0.0.1", port_);
+    endpoints_ = {endpoint{"", "127.0.0.1", std::stoi(line->substr(line->rfind(':') + 1))}};
+    http_client c("127.0.0.1", endpoints_[0].port);
     for (int i = 0; i < 200; ++i) {
       if (c.request(verb::get, "/v1/healthz", "", 5s).status == 200) break;
       std::this_thread::sleep_for(25ms);
     }
-    if (version_.empty()) {
-      auto& r = c.request(verb::get, "/v1/version", "", 5s);
-      if (r.status == 200) {
-        try {
-          const auto v = nlohmann::json::parse(r.body);
-          version_ = fmt::format("{} ({})", v.value("version", "?"), v.value("commit", "?"));
-        } catch (const nlohmann::json::exception&) {
-          version_ = "unparsable /v1/version";  // swallowed: only a label
-        }
-      }
-    }
+    read_version(endpoints_[0]);
   }
 
   void prepare(const run_setup& s) override {
-    http_client c("127.0.0.1", port_);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
     for (int t = 0; t < s.topics; ++t) {
       const std::string body = fmt::format(R"({{"name":"{}","partitions":{},"lease_ms":{}}})",
                                            topic_name(s, t), s.partitions, s.lease_ms);
-      auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
-      if (r.status != 201 && r.status != 200) fail("create topic", r);
+      if (o_.cluster == 0) {
+        http_client c("127.0.0.1", endpoints_[0].port);
+        auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
+        if (r.status != 201 && r.status != 200) fail("create topic", r);
+        continue;
+      }
+      // Any node takes it (it forwards); a refusal while a shard elects is
+      // asked again, and an answer lost to a timeout finds the topic there.
+      for (std::size_t attempt = 0;; ++attempt) {
+        const auto& node = endpoints_[attempt % endpoints_.size()];
+        try {
+          http_client c(node.host, node.port);
+          auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
+          if (r.status == 201 || r.status == 200 || (attempt > 0 && r.status == 409)) break;
+          if (!refused_for_now(r.status) || std::chrono::steady_clock::now() > deadline) {
+            fail("create topic", r);
+          }
+        } catch (const std::runtime_error&) {
+          if (std::chrono::steady_clock::now() > deadline) throw;
+        }
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    if (o_.cluster > 0) {
+      for (int t = 0; t < s.topics; ++t) locate(topic_name(s, t), 60s);
     }
   }
 
   std::unique_ptr<producer> make_producer(const run_setup& s, int index) override {
-    return std::make_unique<onceq_producer>(port_, s, index);
+    return std::make_unique<onceq_producer>(nodes_for(topic_name(s, index % s.topics), index), s,
+                                            index);
   }
   std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) override {
-    return std::make_unique<onceq_consumer>(port_, s, index);
+    return std::make_unique<onceq_consumer>(nodes_for(s.topic, index).front(), s, index);
   }
 
   key_check check_keys(const run_setup& s, std::span<const std::uint64_t> seqs) override {
     key_check out;
-    http_client c("127.0.0.1", port_);
+    const endpoint node = nodes_for(s.topic, 0).front();
+    http_client c(node.host, node.port);
     for (const auto seq : seqs) {
       const auto target =
           fmt::format("/v1/keys?topic={}&group={}&key={}", s.topic, s.group, key_of(seq));
-      auto& r = c.request(verb::get, target, "", k_request_timeout);
+      auto& r = request_with_backpressure(c, verb::get, target, "");
       ++out.sampled;
       std::string state;
       if (r.status == 200) {
@@ -491,17 +629,211 @@ class onceq_driver final : public system_driver {
     return out;
   }
 
-  server_process& process() override { return proc_; }
-  std::string stop() override { return proc_.stop(); }
+  server_process& process() override { return o_.cluster > 0 ? nodes_.process(0) : proc_; }
+  process_usage usage() override { return o_.cluster > 0 ? nodes_.usage() : proc_.usage(); }
+  cluster_control* cluster() override { return o_.cluster > 0 ? this : nullptr; }
+
+  std::string stop() override {
+    if (o_.cluster > 0) {
+      auto out = nodes_.stop_all();
+      nodes_ = cluster_nodes{};
+      return out;
+    }
+    return proc_.stop();
+  }
+
+  // cluster_control
+  std::size_t size() const override { return endpoints_.size(); }
+  std::string node_name(std::size_t i) const override { return endpoints_.at(i).name; }
+
+  std::size_t leader_of(const run_setup& s) override {
+    for (int t = 0; t < s.topics; ++t) locate(topic_name(s, t), 60s);
+    return leaders_.at(s.topic);
+  }
+
+  std::string kill(std::size_t i) override { return nodes_.kill(i); }
+
+  void restart(std::size_t i, const run_setup& s, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    // What node i has to catch up with: the furthest commit index of each
+    // shard among the nodes that stayed up.
+    std::map<std::int64_t, std::int64_t> goal;
+    for (std::size_t k = 0; k < endpoints_.size(); ++k) {
+      if (k == i) continue;
+      try {
+        for (const auto& sh : cluster_view(endpoints_[k]).at("shards")) {
+          auto& g = goal[sh.value("shard", std::int64_t{-1})];
+          g = std::max(g, sh.value("commit_index", std::int64_t{0}));
+        }
+      } catch (const std::exception&) {
+        // Swallowed on purpose: a node that cannot answer sets no goal.
+      }
+    }
+    nodes_.start(i, "onceqd listening on", timeout);
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      try {
+        const auto view = cluster_view(endpoints_[i]);
+        bool caught_up = true;
+        for (const auto& sh : view.at("shards")) {
+          const auto id = sh.value("shard", std::int64_t{-1});
+          const auto applied = sh.value("applied_index", std::int64_t{0});
+          if (leader_in(sh).empty() || (goal.contains(id) && applied < goal[id])) {
+            caught_up = false;
+            last = sh.dump();
+          }
+        }
+        if (caught_up && !view.at("shards").empty()) {
+          locate(s.topic, timeout);
+          return;
+        }
+      } catch (const std::exception& e) {
+        last = e.what();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    throw std::runtime_error(
+        fmt::format("onceq node {} did not catch up in time; last: {}", endpoints_[i].name, last));
+  }
+
+  std::string client_placement(const run_setup& s) const override {
+    if (o_.cluster_spread) {
+      return fmt::format("client i to node i mod {} (spread); the topic's shard led by {}",
+                         endpoints_.size(), endpoints_.at(leaders_.at(s.topic)).name);
+    }
+    const auto& e = endpoints_.at(leaders_.at(s.topic));
+    return fmt::format("every client to {} ({}:{}), the leader of the topic's shard at the start",
+                       e.name, e.host, e.port);
+  }
 
  private:
   std::string policy(durability d) const {
     return d == durability::synced ? "always" : o_.onceq_default_fsync;
   }
 
+  void read_version(const endpoint& node) {
+    if (!version_.empty()) return;
+    http_client c(node.host, node.port);
+    auto& r = c.request(verb::get, "/v1/version", "", 5s);
+    if (r.status == 200) {
+      try {
+        const auto v = nlohmann::json::parse(r.body);
+        version_ = fmt::format("{} ({})", v.value("version", "?"), v.value("commit", "?"));
+      } catch (const nlohmann::json::exception&) {
+        version_ = "unparsable /v1/version";  // swallowed: only a label
+      }
+    }
+  }
+
+  // Writes the cluster file (node k: "n<k+1>", an HTTP port, a block of
+  // Raft ports, one per group), starts every node and waits until each of
+  // them serves and every shard has a leader.
+  void start_cluster(durability d, const std::filesystem::path& dir) {
+    const auto n = static_cast<std::size_t>(o_.cluster);
+    unsigned groups = shards_in(o_.onceqd_args);
+    if (groups == 0) groups = std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+    // Room for the groups and a few more (a metadata group, say).
+    const int span = static_cast<int>(groups) + 8;
+    const int raft_base = pick_free_port_block(span * static_cast<int>(n));
+    endpoints_.clear();
+    leaders_.clear();
+    std::string toml;
+    for (std::size_t k = 0; k < n; ++k) {
+      endpoints_.push_back(endpoint{fmt::format("n{}", k + 1), "127.0.0.1", pick_free_port()});
+      fmt::format_to(std::back_inserter(toml),
+                     "[[node]]\nid = \"{}\"\nhttp = \"127.0.0.1:{}\"\nraft = \"127.0.0.1:{}\"\n\n",
+                     endpoints_[k].name, endpoints_[k].port,
+                     raft_base + static_cast<int>(k) * span);
+    }
+    const auto file = dir / "cluster.toml";
+    {
+      std::ofstream out(file);
+      out << toml;
+      if (!out) throw std::runtime_error(fmt::format("cannot write {}", file.string()));
+    }
+    nodes_ = cluster_nodes{};
+    for (const auto& e : endpoints_) {
+      const auto data = dir / e.name;
+      std::filesystem::create_directories(data);
+      std::vector<std::string> argv{o_.onceqd,    "--cluster",   file.string(), "--node-id", e.name,
+                                    "--data-dir", data.string(), "--fsync",     policy(d)};
+      argv.insert(argv.end(), o_.onceqd_args.begin(), o_.onceqd_args.end());
+      nodes_.add(e.name, std::move(argv), dir);
+    }
+    nodes_.start_all("onceqd listening on", 60s);
+    wait_for_leaders(60s);
+    read_version(endpoints_[0]);
+  }
+
+  void wait_for_leaders(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string last;
+    for (std::size_t attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
+      try {
+        const auto view = cluster_view(endpoints_[attempt % endpoints_.size()]);
+        const auto& shards = view.at("shards");
+        const bool all = !shards.empty() && std::all_of(shards.begin(), shards.end(), [](auto& sh) {
+          return !leader_in(sh).empty();
+        });
+        if (all) return;
+        last = view.dump();
+      } catch (const std::exception& e) {
+        last = e.what();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    throw std::runtime_error(fmt::format(
+        "onceq cluster: no leader on every shard in time; last: {}", last.substr(0, 300)));
+  }
+
+  // Finds the shard holding `topic` and its leader (retrying while it has
+  // none) and records that leader as the topic's.
+  void locate(const std::string& topic, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string last;
+    for (std::size_t attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
+      const auto& node = endpoints_[attempt % endpoints_.size()];
+      try {
+        const auto view = cluster_view(node);
+        for (const auto& sh : view.at("shards")) {
+          if (!shard_has_topic(sh, topic)) continue;
+          const auto leader = leader_in(sh);
+          for (std::size_t k = 0; k < endpoints_.size(); ++k) {
+            if (endpoints_[k].name == leader) {
+              leaders_[topic] = k;
+              return;
+            }
+          }
+        }
+        last = view.dump();
+      } catch (const std::exception& e) {
+        last = e.what();  // that node may be the one down: ask the next
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    throw std::runtime_error(
+        fmt::format("onceq cluster: no shard with a leader lists topic {}; last: {}", topic,
+                    last.substr(0, 300)));
+  }
+
+  // The nodes a client of `topic` uses, the first one first: the single
+  // server; in a cluster the topic's leader (or node index mod N with
+  // --cluster-clients spread), then the others in file order from there.
+  std::vector<endpoint> nodes_for(const std::string& topic, int index) const {
+    if (o_.cluster == 0) return endpoints_;
+    const std::size_t n = endpoints_.size();
+    const std::size_t first =
+        o_.cluster_spread ? static_cast<std::size_t>(index) % n : leaders_.at(topic);
+    std::vector<endpoint> out;
+    for (std::size_t k = 0; k < n; ++k) out.push_back(endpoints_[(first + k) % n]);
+    return out;
+  }
+
   bench_options o_;
-  server_process proc_;
-  int port_ = 0;
+  server_process proc_;  // one server
+  cluster_nodes nodes_;  // --cluster N
+  std::vector<endpoint> endpoints_;
+  std::map<std::string, std::size_t> leaders_;  // topic -> node leading its shard
   std::string version_;
 };
 

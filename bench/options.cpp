@@ -18,7 +18,8 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
                                  carried on the next fetch, streaming consume),
                                  w3 produce+consume (plus a fixed-rate run on a
                                  fresh server and one after --history messages),
-                                 w4 = w3 with duplicates and unacked deliveries
+                                 w4 = w3 with duplicates and unacked deliveries;
+                                 none: only the failover runs
   --durability synced,default    durability levels
   --messages N                   unique messages per run (200000)
   --single-messages N            messages for one-per-request produce (messages/4)
@@ -39,6 +40,20 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
   --lease-ms MS                  W4 lease / AckWait / claim idle (1000)
   --wait-ms MS                   long-poll wait per fetch (100)
   --time-limit S                 cap per measured phase (120)
+  --cluster N                    onceq and JetStream as N-node clusters on loopback
+                                 (3..7; 0 = one server each, the default): onceqd
+                                 --cluster, nats-server routes and an R N stream;
+                                 Redis is not run
+  --cluster-clients leader|spread
+                                 cluster clients connect to the leader of the
+                                 topic's shard / of the stream (leader, default),
+                                 or client i to node i mod N (spread)
+  --failover-runs N              cluster only: N times, kill -9 the leader under a
+                                 one-message-per-request write load, time the kill
+                                 to the first acknowledged write, restart the node
+                                 and wait until it has caught up (0 = skip)
+  --failover-attempt-ms MS       failover probe: deadline of one write attempt (250)
+  --failover-retry-ms MS         failover probe: pause before retrying a refusal (10)
   --onceqd PATH                  server binary (<bench dir>/../cmd/onceqd)
   --onceqd-args "ARGS"           more onceqd flags, e.g. "--shards 1 --wal-sync loop"
   --onceq-default-fsync POLICY   onceq's policy at durability "default" (interval:10)
@@ -88,6 +103,7 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
     o.command_line += argv[i];
   }
 
+  bool systems_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view flag = argv[i];
     std::string_view value;
@@ -116,9 +132,10 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
     bool ok = true;
     if (flag == "--systems") {
       o.systems = split_list(value);
+      systems_given = true;
       for (const auto& s : o.systems) ok = ok && (s == "onceq" || s == "nats" || s == "redis");
     } else if (flag == "--workloads") {
-      o.workloads = split_list(value);
+      o.workloads = value == "none" ? std::vector<std::string>{} : split_list(value);
       for (const auto& w : o.workloads)
         ok = ok && (w == "w1" || w == "w2" || w == "w3" || w == "w4");
     } else if (flag == "--durability") {
@@ -170,6 +187,19 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.wait_ms) && o.wait_ms >= 0 && o.wait_ms <= 60000;
     } else if (flag == "--time-limit") {
       ok = parse_number(value, o.time_limit_s) && o.time_limit_s > 0;
+    } else if (flag == "--cluster") {
+      ok = parse_number(value, o.cluster) && (o.cluster == 0 || (o.cluster >= 3 && o.cluster <= 7));
+    } else if (flag == "--cluster-clients") {
+      ok = value == "leader" || value == "spread";
+      o.cluster_spread = value == "spread";
+    } else if (flag == "--failover-runs") {
+      ok = parse_number(value, o.failover_runs) && o.failover_runs >= 0 && o.failover_runs <= 1000;
+    } else if (flag == "--failover-attempt-ms") {
+      ok = parse_number(value, o.failover_attempt_ms) && o.failover_attempt_ms >= 10 &&
+           o.failover_attempt_ms <= 60000;
+    } else if (flag == "--failover-retry-ms") {
+      ok = parse_number(value, o.failover_retry_ms) && o.failover_retry_ms >= 0 &&
+           o.failover_retry_ms <= 10000;
     } else if (flag == "--onceqd") {
       o.onceqd = value;
     } else if (flag == "--onceqd-args") {
@@ -200,6 +230,18 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       error = fmt::format("bad value for {}: '{}'", flag, value);
       return std::nullopt;
     }
+  }
+  if (o.cluster > 0) {
+    const bool redis = std::find(o.systems.begin(), o.systems.end(), "redis") != o.systems.end();
+    if (redis && systems_given) {
+      error = "--cluster: Redis has no cluster mode here; pass --systems onceq,nats";
+      return std::nullopt;
+    }
+    std::erase(o.systems, "redis");
+  }
+  if (o.failover_runs > 0 && o.cluster == 0) {
+    error = "--failover-runs needs --cluster N";
+    return std::nullopt;
   }
   if (o.single_messages == 0) o.single_messages = std::max<std::size_t>(1, o.messages / 4);
   if (o.topics > 1 && (o.workloads.size() != 1 || o.workloads.front() != "w1")) {

@@ -44,6 +44,18 @@ struct bench_options {
   int wait_ms = 100;                // Default: 100 ms long-poll wait per fetch
   double time_limit_s = 120.0;      // Default: 120 s cap per measured phase
 
+  // Cluster mode: onceq and JetStream each run as `cluster` nodes on
+  // loopback (onceqd --cluster, nats-server routes + an R`cluster` stream).
+  int cluster = 0;  // Default: 0 = one server per system
+  // Which node the clients of a cluster run connect to: the leader of the
+  // topic's shard / the stream (leader), or client i to node i mod N (spread).
+  bool cluster_spread = false;  // Default: false (leader)
+  int failover_runs = 0;        // Default: 0 = no failover measurement (cluster mode only)
+  // Failover probe: one attempt's deadline (a lost write is sent again after
+  // it) and the pause before retrying a refusal (503, connection refused).
+  int failover_attempt_ms = 250;  // Default: 250 ms
+  int failover_retry_ms = 10;     // Default: 10 ms
+
   std::string onceqd;                               // Default: <dir of onceq-bench>/../cmd/onceqd
   std::string onceq_default_fsync = "interval:10";  // Default: interval:10
   // More onceqd flags, split on spaces (e.g. "--shards 1 --wal-sync loop").

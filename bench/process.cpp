@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -148,6 +149,15 @@ std::string server_process::stop(std::chrono::milliseconds grace) {
   return describe_status(status) + " (after SIGKILL)";
 }
 
+std::string server_process::kill_now() {
+  if (pid_ <= 0) return "not running";
+  int status = 0;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return describe_status(status);
+}
+
 int pick_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
@@ -163,6 +173,31 @@ int pick_free_port() {
   }
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+int pick_free_port_block(int count) {
+  // Below 32768, the default ip_local_port_range; a random start so that two
+  // benches on one machine rarely try the same block.
+  constexpr int k_low = 10000;
+  constexpr int k_high = 32000;
+  std::random_device rd;
+  std::uniform_int_distribution<int> pick(k_low, k_high - count);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = pick(rd);
+    bool all_free = true;
+    for (int p = base; p < base + count && all_free; ++p) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw std::runtime_error("socket() failed");
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<std::uint16_t>(p));
+      all_free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      close(fd);
+    }
+    if (all_free) return base;
+  }
+  throw std::runtime_error(fmt::format("no block of {} free ports found", count));
 }
 
 command_output run_command(const std::vector<std::string>& argv,

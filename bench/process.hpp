@@ -48,6 +48,10 @@ class server_process {
   // description ("exit 0", "signal 9", ...). No-op when not running.
   std::string stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
 
+  // SIGKILL (a crash: no shutdown path runs) and reap. Returns the status
+  // description; no-op when not running.
+  std::string kill_now();
+
  private:
   pid_t pid_ = -1;
   std::filesystem::path log_;
@@ -55,6 +59,12 @@ class server_process {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int pick_free_port();
+
+// The first of `count` consecutive TCP ports on 127.0.0.1 that were all free
+// a moment ago, below the kernel's ephemeral range (so that the ports
+// pick_free_port() hands out never fall inside the block). Throws
+// std::runtime_error when none is found.
+int pick_free_port_block(int count);
 
 // Runs a short command to completion (bounded by `timeout`) and returns its
 // exit code and combined output. Used for version and config probes.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 namespace onceq::bench {
@@ -181,9 +182,72 @@ std::vector<target_result> check_targets(const std::vector<run_result>& runs) {
   return out;
 }
 
+// Cluster mode: onceq against JetStream RN on the measures that matter for
+// a replicated broker. JetStream runs at its default durability (Debian's
+// 2.9 has no synced mode), or synced where only that ran.
+struct cluster_row {
+  std::string what;
+  bool lower_is_better = false;
+  std::optional<double> onceq_synced;
+  std::optional<double> onceq_default;
+  std::optional<double> nats;
+};
+
+const failover_result* find_failover(const std::vector<failover_result>& fs,
+                                     std::string_view system, std::string_view durability) {
+  for (const auto& f : fs) {
+    if (f.system == system && f.durability == durability && !f.runs.empty()) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<cluster_row> cluster_rows(const std::vector<run_result>& runs,
+                                      const std::vector<failover_result>& fs) {
+  auto nats_run = [&](std::string_view w) {
+    const auto* r = find(runs, "nats", w, "default");
+    return r != nullptr ? r : find(runs, "nats", w, "synced");
+  };
+  auto msgs = [](const run_result* r) {
+    return r != nullptr ? std::optional<double>(r->msgs_per_s) : std::nullopt;
+  };
+  auto p99 = [](const run_result* r) {
+    return r != nullptr && r->p99_ms >= 0 ? std::optional<double>(r->p99_ms) : std::nullopt;
+  };
+  std::vector<cluster_row> out;
+  for (const auto* w : {"w1-batch", "w3-e2e"}) {
+    out.push_back({fmt::format("{} msgs/s", w), false, msgs(find(runs, "onceq", w, "synced")),
+                   msgs(find(runs, "onceq", w, "default")), msgs(nats_run(w))});
+  }
+  out.push_back({"w3-rate p99 ms (fixed rate)", true, p99(find(runs, "onceq", "w3-rate", "synced")),
+                 p99(find(runs, "onceq", "w3-rate", "default")), p99(nats_run("w3-rate"))});
+  const auto* nf = find_failover(fs, "nats", "default");
+  if (nf == nullptr) nf = find_failover(fs, "nats", "synced");
+  auto fo = [](const failover_result* f, bool median) {
+    if (f == nullptr) return std::optional<double>{};
+    return std::optional<double>(median ? f->median_ms : f->max_ms);
+  };
+  for (const bool median : {true, false}) {
+    out.push_back({median ? "failover median ms" : "failover max ms", true,
+                   fo(find_failover(fs, "onceq", "synced"), median),
+                   fo(find_failover(fs, "onceq", "default"), median), fo(nf, median)});
+  }
+  return out;
+}
+
+std::optional<double> over(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b || *b <= 0) return std::nullopt;
+  return *a / *b;
+}
+
+std::string cell(std::optional<double> v, bool is_ms) {
+  if (!v) return "–";
+  return is_ms ? ms(*v) : rate(*v);
+}
+
 }  // namespace
 
-std::string render_markdown(const std::vector<run_result>& runs, const bench_options& o,
+std::string render_markdown(const std::vector<run_result>& runs,
+                            const std::vector<failover_result>& failovers, const bench_options& o,
                             const report_context& ctx) {
   std::string md;
   auto out = std::back_inserter(md);
@@ -198,8 +262,26 @@ std::string render_markdown(const std::vector<run_result>& runs, const bench_opt
       "machine.\n\n",
       o.messages, o.single_messages, o.single_producers, o.payload, o.producers, o.consumers,
       o.batch);
+  if (o.cluster > 0) {
+    fmt::format_to(out,
+                   "**Cluster mode**: onceq (`onceqd --cluster`) and NATS JetStream (routes, an "
+                   "R{} stream) each run as {} nodes on 127.0.0.1, one system at a time. **All {} "
+                   "nodes and the bench client share this one machine ({})**: replication traffic "
+                   "is loopback and the nodes compete for the same cores and disk, so the figures "
+                   "compare the two systems on equal terms, not what {} machines would do.\n\n",
+                   o.cluster, o.cluster, o.cluster, ctx.machine, o.cluster);
+  }
   for (const auto& [system, version] : ctx.versions) {
     fmt::format_to(out, "- {}: {}\n", system, version);
+  }
+  if (o.cluster > 0) {
+    std::map<std::string, std::string> clients;
+    for (const auto& r : runs) {
+      if (!r.clients.empty() && !clients.contains(r.system)) clients[r.system] = r.clients;
+    }
+    for (const auto& [system, where] : clients) {
+      fmt::format_to(out, "- {} clients (first run): {}\n", system, where);
+    }
   }
   md += "\nWorkloads:\n";
   for (const auto kind : expand_workloads(o)) {
@@ -236,6 +318,51 @@ std::string render_markdown(const std::vector<run_result>& runs, const bench_opt
                    ratio(row.p99_vs_redis));
   }
 
+  if (!failovers.empty()) {
+    fmt::format_to(
+        out,
+        "\nFailover: one producer writes one message per request (about every 2 ms) with retries "
+        "(each attempt {} ms at most, a refusal or a lost connection retried after {} ms, the "
+        "same message id, through the next node when the one used is gone); the leader of the "
+        "topic's shard (onceq) / of the stream (JetStream) is killed with SIGKILL; the time runs "
+        "from the kill to the first acknowledged write that was sent after it. The node is then "
+        "restarted and the next run waits until it has caught up.\n\n",
+        o.failover_attempt_ms, o.failover_retry_ms);
+    md +=
+        "| system | durability | runs | median ms | max ms | each run: killed → answered via, ms "
+        "| probe clients | notes |\n|---|---|---:|---:|---:|---|---|---|\n";
+    for (const auto& f : failovers) {
+      std::string each;
+      for (const auto& fr : f.runs) {
+        if (!each.empty()) each += ", ";
+        each += fmt::format("{}→{} {:.0f}", fr.killed, fr.via.empty() ? "?" : fr.via, fr.ms);
+      }
+      std::string notes = f.skipped.empty() ? "" : "not run: " + f.skipped;
+      if (!f.error.empty()) notes += "FAILED: " + f.error.substr(0, 300);
+      fmt::format_to(out, "| {} | {} | {} | {} | {} | {} | {} | {} |\n", f.system, f.durability,
+                     f.runs.size(), ms(f.median_ms), ms(f.max_ms), each, f.clients, notes);
+    }
+  }
+
+  if (o.cluster > 0) {
+    fmt::format_to(out,
+                   "\nonceq {}-node cluster / JetStream R{} ({}-node cluster; JetStream at its "
+                   "default durability):\n\n",
+                   o.cluster, o.cluster, o.cluster);
+    md +=
+        "| measure | onceq synced | onceq default | JetStream | onceq synced / JetStream | "
+        "onceq default / JetStream | better |\n|---|---:|---:|---:|---:|---:|---|\n";
+    for (const auto& row : cluster_rows(runs, failovers)) {
+      const bool is_ms = row.lower_is_better;
+      fmt::format_to(out, "| {} | {} | {} | {} | {} | {} | {} |\n", row.what,
+                     cell(row.onceq_synced, is_ms), cell(row.onceq_default, is_ms),
+                     cell(row.nats, is_ms), ratio(over(row.onceq_synced, row.nats)),
+                     ratio(over(row.onceq_default, row.nats)),
+                     row.lower_is_better ? "lower" : "higher");
+    }
+    return md;
+  }
+
   md +=
       "\nIssue 14 targets (onceq at `--fsync always` vs JetStream at its default and Redis at "
       "`appendfsync always`):\n\n| target | measured | met |\n|---|---:|---|\n";
@@ -246,7 +373,8 @@ std::string render_markdown(const std::vector<run_result>& runs, const bench_opt
   return md;
 }
 
-nlohmann::json render_json(const std::vector<run_result>& runs, const bench_options& o,
+nlohmann::json render_json(const std::vector<run_result>& runs,
+                           const std::vector<failover_result>& failovers, const bench_options& o,
                            const report_context& ctx) {
   using nlohmann::json;
   json j;
@@ -271,7 +399,12 @@ nlohmann::json render_json(const std::vector<run_result>& runs, const bench_opti
                  {"no_ack_ratio", o.no_ack_ratio},
                  {"lease_ms", o.lease_ms},
                  {"wait_ms", o.wait_ms},
-                 {"onceq_default_fsync", o.onceq_default_fsync}};
+                 {"onceq_default_fsync", o.onceq_default_fsync},
+                 {"cluster", o.cluster},
+                 {"cluster_clients", o.cluster_spread ? "spread" : "leader"},
+                 {"failover_runs", o.failover_runs},
+                 {"failover_attempt_ms", o.failover_attempt_ms},
+                 {"failover_retry_ms", o.failover_retry_ms}};
   auto num = [](double v) { return v < 0 || !std::isfinite(v) ? json(nullptr) : json(v); };
   json rows = json::array();
   for (const auto& r : runs) {
@@ -280,6 +413,7 @@ nlohmann::json render_json(const std::vector<run_result>& runs, const bench_opti
                     {"workload", r.workload},
                     {"durability", r.durability},
                     {"setting", r.setting},
+                    {"clients", r.clients},
                     {"ran", r.ran},
                     {"skipped", r.skipped},
                     {"error", r.error},
@@ -327,6 +461,39 @@ nlohmann::json render_json(const std::vector<run_result>& runs, const bench_opti
     tj.push_back({{"target", tr.t->what}, {"ratio", opt(tr.value)}, {"met", tr.met}});
   }
   j["targets"] = tj;
+  json fj = json::array();
+  for (const auto& f : failovers) {
+    json each = json::array();
+    for (const auto& fr : f.runs) {
+      each.push_back(
+          {{"killed", fr.killed}, {"ms", fr.ms}, {"via", fr.via}, {"killed_as", fr.killed_as}});
+    }
+    fj.push_back({{"system", f.system},
+                  {"version", f.version},
+                  {"durability", f.durability},
+                  {"setting", f.setting},
+                  {"skipped", f.skipped},
+                  {"error", f.error},
+                  {"clients", f.clients},
+                  {"writes", f.writes},
+                  {"median_ms", num(f.median_ms)},
+                  {"max_ms", num(f.max_ms)},
+                  {"runs", each}});
+  }
+  j["failover"] = fj;
+  if (o.cluster > 0) {
+    json cj = json::array();
+    for (const auto& row : cluster_rows(runs, failovers)) {
+      cj.push_back({{"measure", row.what},
+                    {"lower_is_better", row.lower_is_better},
+                    {"onceq_synced", opt(row.onceq_synced)},
+                    {"onceq_default", opt(row.onceq_default)},
+                    {"nats", opt(row.nats)},
+                    {"onceq_synced_over_nats", opt(over(row.onceq_synced, row.nats))},
+                    {"onceq_default_over_nats", opt(over(row.onceq_default, row.nats))}});
+    }
+    j["cluster_comparison"] = cj;
+  }
   return j;
 }
 

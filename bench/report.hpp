@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/failover.hpp"
 #include "bench/options.hpp"
 #include "bench/workload.hpp"
 
@@ -21,12 +22,16 @@ struct report_context {
 };
 
 // The Markdown report: context, one row per run, onceq/peer ratios, and the
-// issue's targets checked against this run's numbers.
-std::string render_markdown(const std::vector<run_result>& runs, const bench_options& o,
+// issue's targets checked against this run's numbers; in cluster mode
+// (--cluster N) the failover runs and onceq / JetStream-RN on the cluster
+// measures instead of the targets.
+std::string render_markdown(const std::vector<run_result>& runs,
+                            const std::vector<failover_result>& failovers, const bench_options& o,
                             const report_context& ctx);
 
 // The same as JSON (every field of every run, plus ratios and targets).
-nlohmann::json render_json(const std::vector<run_result>& runs, const bench_options& o,
+nlohmann::json render_json(const std::vector<run_result>& runs,
+                           const std::vector<failover_result>& failovers, const bench_options& o,
                            const report_context& ctx);
 
 }  // namespace onceq::bench

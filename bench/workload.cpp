@@ -449,6 +449,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   try {
     drv.start(d, dir);
     drv.prepare(s);
+    if (auto* cc = drv.cluster()) r.clients = cc->client_placement(s);
     r.ran = true;
 
     const bool produce_only = kind == workload_kind::w1_batch || kind == workload_kind::w1_single;
@@ -504,7 +505,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
                                                              : o.producers;
     const int consumers = produce_only ? 0 : o.consumers;
     phase run(drv, s, o, st, producers, pp, consumers, cp);
-    const process_usage before = drv.process().usage();
+    const process_usage before = drv.usage();
     const double client_before = self_cpu_seconds();
     const std::uint64_t t0 = run.start(o.time_limit_s);
     process_usage after;
@@ -515,7 +516,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       return produce_only ? st.producers_running.load() == 0 : st.keys_done.load() >= n;
     };
     auto at_done = [&] {
-      after = drv.process().usage();
+      after = drv.usage();
       client_after = self_cpu_seconds();
       t_end = produce_only ? st.producers_done_ns.load() : st.keys_done_ns.load();
       if (t_end == 0) t_end = steady_now_ns();  // stopped early
@@ -537,7 +538,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
     const double millions = static_cast<double>(std::max<std::size_t>(r.messages, 1)) / 1e6;
     r.server_cpu_s_per_m = r.server_cpu_s / millions;
     r.client_cpu_s_per_m = (client_after - client_before) / millions;
-    r.peak_rss_kb = drv.process().usage().peak_rss_kb;
+    r.peak_rss_kb = drv.usage().peak_rss_kb;
 
     const histogram h = run.merged();
     r.latency_samples = h.count();

@@ -37,6 +37,7 @@ struct run_result {
   std::string workload;    // id_of()
   std::string durability;  // "synced" / "default"
   std::string setting;     // the server's exact setting
+  std::string clients;     // cluster mode: which nodes the clients used
   bool ran = false;
   std::string skipped;  // why it did not run
   std::string error;    // why it stopped early

@@ -106,8 +106,18 @@ result<group_status> raft_node::impl::status(unsigned g) const {
   s.proposals = p.proposals;
   s.apply_calls = p.apply_calls;
   s.snapshots_restored = p.restores;
+  s.terms_seen = p.terms_seen;
+  for (::raft_id id : p.heard) {
+    if (const node_config* n = cfg_.node_of(id)) s.heard.push_back(n->id);
+  }
   s.failure = std::move(p.failure);
   return s;
+}
+
+bool raft_node::impl::leads(unsigned g) const {
+  if (g >= groups_.size()) return false;
+  std::lock_guard lock(status_mu_);
+  return published_[g].is_leader;
 }
 
 error raft_node::impl::no_group(unsigned g) {
@@ -338,6 +348,14 @@ result<void> raft_node::transfer(unsigned g, std::string_view to_node, op_cb cb)
 result<void> raft_node::rebalance() {
   return impl_->rebalance();
 }
+result<void> raft_node::read(unsigned g, bool fresh, op_cb cb) {
+  return impl_->read(g, fresh, std::move(cb));
+}
+
+bool raft_node::leads(unsigned g) const {
+  return impl_->leads(g);
+}
+
 result<group_status> raft_node::status(unsigned g) const {
   return impl_->status(g);
 }

@@ -147,7 +147,11 @@ struct group_status {
   std::uint64_t proposals = 0;           // proposals handed to raft_apply by this node
   std::uint64_t apply_calls = 0;         // raft_apply calls carrying them (batching: fewer)
   std::uint64_t snapshots_restored = 0;  // state_machine::restore calls that succeeded
-  std::string failure;                   // why the group stopped applying here; "" when healthy
+  std::uint64_t terms_seen = 0;          // terms this node was in since it started (elections)
+  // Leader: the voters it heard from within an election timeout (itself
+  // included), by node id; empty on a follower.
+  std::vector<std::string> heard;
+  std::string failure;  // why the group stopped applying here; "" when healthy
 };
 
 class raft_node {
@@ -183,6 +187,15 @@ class raft_node {
   // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
   result<void> barrier(unsigned g, op_cb cb);
 
+  // Runs cb on the loop thread, where the state machines live, to read
+  // group g's applied state. fresh: only while this node leads g and its
+  // term's opening barrier is applied (group_status::leader_ready), so the
+  // state holds every entry committed before the read (else cb gets
+  // not_leader with the leader, or failed when this replica stopped
+  // applying); not fresh: at once, as of this replica's last apply.
+  // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
+  result<void> read(unsigned g, bool fresh, op_cb cb);
+
   // raft_transfer: hands the leadership of group g to to_node ("" lets raft
   // pick the most up-to-date voter). cb: ok with the new leader, or an
   // error (not_leader when this node does not lead g; failed when the
@@ -199,6 +212,8 @@ class raft_node {
   // What this node knows of group g, as of the loop's last iteration.
   // Never waits for the loop. Errors: errc::invalid_argument (no group g).
   result<group_status> status(unsigned g) const;
+  // status(g).is_leader, without copying the rest; false for no group g.
+  bool leads(unsigned g) const;
 
   // Closes every group (raft_close: entries in flight answer
   // shutting_down), ends the loop and joins its thread. Idempotent; safe

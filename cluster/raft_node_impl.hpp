@@ -78,6 +78,8 @@ struct published {
   bool is_leader = false, leader_ready = false;
   std::uint64_t term = 0, commit_index = 0, last_applied = 0, last_index = 0;
   std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
+  std::uint64_t terms_seen = 0;
+  std::vector<::raft_id> heard;  // leader: the voters heard from within an election timeout
   std::string failure;
 };
 
@@ -203,6 +205,8 @@ class raft_node::impl {
   result<void> post(std::function<void()> task);
 
   result<void> barrier(unsigned g, op_cb cb);
+  result<void> read(unsigned g, bool fresh, op_cb cb);
+  bool leads(unsigned g) const;
 
   result<void> transfer(unsigned g, std::string_view to_node, op_cb cb);
 

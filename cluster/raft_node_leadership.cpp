@@ -11,6 +11,29 @@ result<void> raft_node::impl::barrier(unsigned g, op_cb cb) {
   return post([this, gp, cb = std::move(cb)]() mutable { start_barrier(*gp, std::move(cb)); });
 }
 
+result<void> raft_node::impl::read(unsigned g, bool fresh, op_cb cb) {
+  if (g >= groups_.size()) return no_group(g);
+  group* gp = groups_[g].get();
+  return post([this, gp, fresh, cb = std::move(cb)]() mutable {
+    group& grp = *gp;
+    if (grp.closing) {
+      return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+    }
+    if (!grp.failure.empty()) {
+      return deliver(cb,
+                     fail(raft_errc::failed, fmt::format("group {}: {}", grp.index, grp.failure)));
+    }
+    if (fresh && (raft_state(&grp.r) != RAFT_LEADER || grp.ready_term != grp.r.current_term ||
+                  grp.r.transfer != nullptr)) {
+      op_result r = fail(raft_errc::not_leader,
+                         fmt::format("group {}: this node does not lead it", grp.index));
+      if (raft_state(&grp.r) != RAFT_LEADER) r.leader = leader_name(grp);
+      return deliver(cb, std::move(r));
+    }
+    deliver(cb, op_result{});
+  });
+}
+
 result<void> raft_node::impl::transfer(unsigned g, std::string_view to_node, op_cb cb) {
   if (g >= groups_.size()) return no_group(g);
   ::raft_id target = 0;
@@ -200,6 +223,16 @@ void raft_node::impl::publish() {
     const char* address = nullptr;
     raft_leader(&g->r, &p.leader, &address);
     p.is_leader = raft_state(&g->r) == RAFT_LEADER;
+    if (g->r.current_term != p.term) ++p.terms_seen;
+    p.heard.clear();
+    if (p.is_leader) {
+      for (unsigned i = 0; i < g->r.configuration.n; ++i) {
+        const ::raft_id id = g->r.configuration.servers[i].id;
+        if (id == cfg_.self_raft_id() || g->r.leader_state.progress[i].recent_recv) {
+          p.heard.push_back(id);
+        }
+      }
+    }
     p.leader_ready = p.is_leader && g->ready_term == g->r.current_term;
     p.term = g->r.current_term;
     p.commit_index = g->r.commit_index;

@@ -1,7 +1,9 @@
 #include "cluster/replica.hpp"
 
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -16,6 +18,28 @@ constexpr std::uint8_t k_snapshot_version = 1;
 // Past every key of every column (their first bytes are letters or topic
 // ids below 2^31).
 const std::string k_keys_end(64, '\xff');
+
+// The topic an entry's command works on, "" when it is none or several.
+std::string_view topic_of(const log_command& cmd) {
+  return std::visit(
+      [](const auto& c) -> std::string_view {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, produce_cmd> || std::is_same_v<T, consume_cmd> ||
+                      std::is_same_v<T, ack_batch_cmd>) {
+          return c.topic;
+        } else if constexpr (std::is_same_v<T, create_topic_cmd> ||
+                             std::is_same_v<T, delete_topic_cmd>) {
+          return c.name;
+        } else if constexpr (std::is_same_v<T, ack_cmd> || std::is_same_v<T, extend_cmd>) {
+          return c.ref.topic;
+        } else if constexpr (std::is_same_v<T, consume_after_acks_cmd>) {
+          return c.consume.topic;
+        } else {
+          return {};  // tick; nack, redrive, replay move messages between topics
+        }
+      },
+      cmd);
+}
 
 [[noreturn]] void local_fault(std::string_view what, const error& e) {
   throw std::runtime_error(fmt::format("{}: {}", what, e.message));
@@ -35,12 +59,19 @@ result<void> replica::open() {
   if (!at.ok()) return std::move(at).err();
   if (auto r = broker_.recover(); !r.ok()) return r;
   resume_clock(clock_, applied_);
+  publish_deadline();
   return {};
+}
+
+void replica::publish_deadline() {
+  const auto d = broker_.next_deadline();
+  next_deadline_.store(d ? *d : -1, std::memory_order_relaxed);
 }
 
 std::string replica::apply(std::uint64_t index, std::string_view bytes) {
   auto e = decode_entry(bytes);
   if (!e.ok()) local_fault(fmt::format("log entry {}", index), e.err());
+  last_.reset();
   auto r = apply_at(broker_, clock_, applied_, index, *e);
   if (r.ok() && !r->has_value()) {
     // Already in the store (raft replays after a restart): nobody waits for
@@ -52,8 +83,13 @@ std::string replica::apply(std::uint64_t index, std::string_view bytes) {
     // go on; the command changed nothing here.
     local_fault(fmt::format("applying log entry {}", index), r.err());
   }
-  if (!r.ok()) return render_(result<log_reply>(std::move(r).err()));
-  return render_(result<log_reply>(std::move(**r)));
+  result<log_reply> out =
+      r.ok() ? result<log_reply>(std::move(**r)) : result<log_reply>(std::move(r).err());
+  publish_deadline();
+  if (applied_hook_) applied_hook_(tag_of(e->cmd), topic_of(e->cmd));
+  if (render_) return render_(out);
+  last_ = std::move(out);
+  return {};
 }
 
 std::string replica::snapshot() {
@@ -110,6 +146,9 @@ void replica::restore(std::string_view snap) {
   if (auto at = applied_.load(); !at.ok()) local_fault("restoring a snapshot", at.err());
   if (auto rec = broker_.recover(); !rec.ok()) local_fault("restoring a snapshot", rec.err());
   resume_clock(clock_, applied_);
+  publish_deadline();
+  ++restores_;
+  if (applied_hook_) applied_hook_(log_tag::tick, {});
 }
 
 }  // namespace onceq::cluster

@@ -22,10 +22,13 @@
 // Thread safety: none; raft_node calls it on its loop thread, one call at
 // a time. Reads of the broker (status, tests) must not overlap apply().
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "broker/apply.hpp"
 #include "broker/broker.hpp"
@@ -37,14 +40,33 @@ namespace onceq::cluster {
 
 class replica final : public state_machine {
  public:
-  // What the proposer receives for an entry's result (e.g. the HTTP
-  // answer's body, or text in tests). Must be deterministic.
+  // What the proposer receives for an entry's result as raft_node's reply
+  // (text in tests). Must be deterministic. Null: the reply is "" and the
+  // typed result waits in take_reply() instead.
   using render_fn = std::function<std::string(const result<log_reply>&)>;
+  // Called on the loop thread after each entry applied (not after one
+  // skipped), with its tag and the topic of a one-topic command ("" for a
+  // tick, a restored snapshot, or a command that moves messages between
+  // topics): e.g. to wake a shard's parked consumers.
+  using applied_fn = std::function<void(log_tag, std::string_view topic)>;
 
   // store: the shard's store, which must outlive the replica. inspector: as
   // broker's (may be null).
   replica(storage::store& store, const message_inspector* inspector, broker_options opts,
-          render_fn render);
+          render_fn render = nullptr);
+
+  void on_applied(applied_fn fn) { applied_hook_ = std::move(fn); }
+
+  // The typed result of the entry applied last, once (render_fn null). A
+  // propose callback runs right after the apply of its entry, before the
+  // next entry is applied (raft_node.hpp), so it takes its own entry's
+  // result here. nullopt: taken already, or the entry was skipped.
+  std::optional<result<log_reply>> take_reply() { return std::exchange(last_, std::nullopt); }
+
+  // The earliest time the broker's timers have work (broker::next_deadline)
+  // as of the last apply, or -1 for none: when the leader proposes a tick.
+  // Any thread.
+  millis next_deadline() const noexcept { return next_deadline_.load(std::memory_order_relaxed); }
 
   // Reads the applied position, rebuilds the broker from the store and
   // resumes the clock there. Call once, before raft_node::start.
@@ -55,6 +77,8 @@ class replica final : public state_machine {
   void restore(std::string_view snapshot) override;
 
   broker& core() noexcept { return broker_; }
+  // Snapshots restored into this replica since it was made (loop thread).
+  std::uint64_t restores() const noexcept { return restores_; }
   storage::applied_position applied() const noexcept { return applied_.applied(); }
 
  private:
@@ -63,6 +87,11 @@ class replica final : public state_machine {
   log_clock clock_;
   broker broker_;
   render_fn render_;
+  applied_fn applied_hook_;
+  std::optional<result<log_reply>> last_;
+  std::uint64_t restores_ = 0;
+  std::atomic<millis> next_deadline_{-1};
+  void publish_deadline();
 };
 
 }  // namespace onceq::cluster

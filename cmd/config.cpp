@@ -131,7 +131,30 @@ std::unique_ptr<CLI::App> make_app(config& c) {
           fmt::format("shards, each with its own event-loop thread and store, 1..256\n"
                       "(default: the number of cores, {} here)",
                       d.shards),
-          1, 256, [&c](i64 v) { c.shards = static_cast<unsigned>(v); });
+          1, 256, [&c](i64 v) {
+            c.shards = static_cast<unsigned>(v);
+            c.shards_given = true;
+          });
+  add_text(
+      a, "--cluster", "FILE",
+      "run as a node of the cluster in this TOML file (docs/REPLICATION.md);\n"
+      "the node serves its API on the file's http address (not --listen)",
+      [](std::string_view v) { return non_empty("a file", v); },
+      [&c](const std::string& v) { c.cluster_file = v; });
+  add_text(
+      a, "--node-id", "ID", "this node's id in the --cluster file",
+      [](std::string_view v) { return non_empty("a node id", v); },
+      [&c](const std::string& v) { c.node_id = v; });
+  add_int(a, "--election-timeout-ms", "MS",
+          fmt::format("cluster: raft's election timeout, randomised to 1-2x, 100..60000\n"
+                      "(default {})",
+                      d.election_timeout_ms),
+          100, 60'000, [&c](i64 v) { c.election_timeout_ms = static_cast<unsigned>(v); });
+  add_int(a, "--raft-snapshot-every", "N",
+          fmt::format("cluster: applied entries between two snapshots of a shard, 64..10000000\n"
+                      "(default {})",
+                      d.raft_snapshot_every),
+          64, 10'000'000, [&c](i64 v) { c.raft_snapshot_every = static_cast<unsigned>(v); });
   add_text(
       a, "--wal-sync", "WHERE",
       fmt::format("who syncs the WAL under --fsync always: loop (each shard's loop,\n"
@@ -393,6 +416,12 @@ result<config> parse_args(const std::vector<std::string_view>& args) {
                       fmt::format("{}: needs both --tls-cert and --tls-key",
                                   c.http.tls_cert_file.empty() ? "--tls-key" : "--tls-cert"));
   }
+  if (c.cluster_file.empty() != c.node_id.empty()) {
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: needs both --cluster and --node-id",
+                                  c.cluster_file.empty() ? "--node-id" : "--cluster"));
+  }
+  if (!c.cluster_file.empty() && !c.shards_given) c.shards = 1;
   return c;
 }
 

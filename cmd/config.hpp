@@ -30,7 +30,14 @@ struct config {
   shard_options shard;
   // Shards, each a broker core with its own store and one event-loop
   // thread that also serves connections (docs/DESIGN.md, "Threads").
-  unsigned shards = default_shards();  // Default: the number of cores
+  unsigned shards = default_shards();  // Default: the number of cores (1 in a cluster)
+  bool shards_given = false;           // --shards was set (a cluster's default is 1)
+  // A node of a cluster (docs/REPLICATION.md): the cluster file, this
+  // node's id in it, and raft's timers. Empty: a single node.
+  std::string cluster_file;               // Default: "" = a single node
+  std::string node_id;                    // Required with cluster_file
+  unsigned election_timeout_ms = 1'000;   // Default: raft's 1 s (randomised to 1-2 s)
+  unsigned raft_snapshot_every = 65'536;  // Default: a snapshot every 65,536 entries
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.

@@ -19,6 +19,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "broker/broker.hpp"
+#include "cmd/cluster_node.hpp"
 #include "cmd/config.hpp"
 #include "cmd/log.hpp"
 #include "http/auth.hpp"
@@ -133,6 +134,16 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
 
   system_clock clock;
   cfg.storage.time = &clock;
+  // A node of a cluster: its shards apply their Raft groups' logs.
+  std::unique_ptr<cmd::cluster_node> node;
+  if (!cfg.cluster_file.empty()) {
+    auto opened = cmd::cluster_node::open(cfg);
+    if (!opened.ok()) {
+      log(log_level::error, "onceqd", opened.err().message);
+      return opened.code() == errc::invalid_argument ? k_exit_usage : k_exit_failure;
+    }
+    node = std::move(*opened);
+  }
   if (auto r = check_no_stranded_topics(cfg, clock); !r.ok()) {
     log(log_level::error, "onceqd", r.err().message);
     return k_exit_failure;
@@ -143,7 +154,11 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   // once stopped), so the shards (and their loops) outlive the stores.
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard_parts> parts;
-  for (std::uint32_t id = 0; id < cfg.shards; ++id) {
+  for (std::uint32_t id = 0; node != nullptr && id < cfg.shards; ++id) {
+    shards.push_back(std::make_unique<shard>(id, node->core(id), node->store(id), clock, cfg.shard,
+                                             &node->log(id)));
+  }
+  for (std::uint32_t id = 0; node == nullptr && id < cfg.shards; ++id) {
     auto p = open_shard(cfg, clock, id);
     if (!p.ok()) {
       log(log_level::error, "onceqd", p.err().message);
@@ -159,19 +174,29 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     shard_ptrs.push_back(s.get());
     loops.push_back(&s->context());
   }
-  shard_set placement(shard_ptrs);
+  shard_set placement(shard_ptrs,
+                      node != nullptr ? placement_rule::hashed : placement_rule::balanced);
   if (auto r = placement.load(); !r.ok()) {
     log(log_level::error, "onceqd", r.err().message);
     return k_exit_failure;
   }
+  if (node != nullptr) {
+    if (auto r = node->start(); !r.ok()) {
+      log(log_level::error, "onceqd", r.err().message);
+      return k_exit_failure;
+    }
+  }
+  // In a cluster raft stops first: proposals in flight answer unavailable
+  // on the loops, which still run.
   auto stop_shards = [&] {
+    if (node != nullptr) node->stop();
     for (auto& s : shards) s->stop();
   };
   for (auto& s : shards) s->start();
 
   // The first shard's loop also runs the acceptor and the signal sets.
   asio::io_context& ioc = *loops.front();
-  http::router routes(placement, clock, cfg.http, auth.get());
+  http::router routes(placement, clock, cfg.http, auth.get(), node.get());
   {
     http::server srv(loops, routes, cfg.http, tls);
     auto bound = srv.listen();
@@ -209,7 +234,8 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
     std::fflush(stdout);
     log(log_level::info, "onceqd", "serving",
         {log_number("shards", cfg.shards),
-         {"wal_sync", cfg.storage.sync_on_caller ? "loop" : "syncer"}});
+         {"wal_sync", cfg.storage.sync_on_caller ? "loop" : "syncer"},
+         {"cluster", node != nullptr ? cfg.node_id : std::string("off")}});
     if (auth == nullptr && !addr.is_loopback()) {
       log(log_level::warn, "onceqd",
           fmt::format("listening on {} without --auth-file: anyone who can reach it may "

@@ -17,6 +17,7 @@
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
 #include "http/error_table.hpp"
+#include "http/forwarder.hpp"
 #include "http/ndjson.hpp"
 #include "http/params.hpp"
 #include "http/request_id.hpp"
@@ -36,6 +37,9 @@ using bhttp::status;
 using bhttp::verb;
 
 constexpr std::string_view k_unmatched = "unmatched";
+// A forwarded request's answer may take this much longer than its longest
+// wait at the leader.
+constexpr millis k_forward_slack_ms = 15'000;
 
 // Splits "/a/b/c" into {"a","b","c"}; an empty path has no segments.
 std::vector<std::string_view> split_path(std::string_view path) {
@@ -87,6 +91,7 @@ struct replay_route;
 const router::route_def router::k_routes[] = {
     {verb::get, "/v1/healthz", &router::at_once<&router::healthz>, false, scope::none},
     {verb::get, "/v1/version", &router::at_once<&router::version>, false, scope::none},
+    {verb::get, "/v1/cluster", &router::at_once<&router::cluster_status>, false, scope::metrics},
     {verb::post, "/v1/topics", &router::spawned<&router::create_topic>, true, scope::admin},
     {verb::get, "/v1/topics", &router::spawned<&router::list_topics>, true, scope::admin},
     {verb::get, "/v1/topics/{name}", &router::spawned<&router::get_topic>, true, scope::admin},
@@ -117,8 +122,13 @@ const std::size_t router::k_route_count = std::size(router::k_routes);
 
 // ---- router ---------------------------------------------------------------
 
-router::router(shard_set& shards, const clock& time, http_options opts, authenticator* auth)
-    : shards_(shards), clock_(time), opts_(std::move(opts)), auth_(auth) {
+router::router(shard_set& shards, const clock& time, http_options opts, authenticator* auth,
+               const cluster_view* cluster)
+    : shards_(shards), clock_(time), opts_(std::move(opts)), auth_(auth), cluster_(cluster) {
+  if (cluster_ != nullptr) {
+    // A forwarded long-poll waits up to k_max_wait_ms at the leader.
+    forwarder_ = std::make_unique<forwarder>(*cluster_, k_max_wait_ms + k_forward_slack_ms);
+  }
   for (std::size_t i = 0; i < k_route_count; ++i) {
     route_segments_.push_back(split_path(k_routes[i].pattern));
     std::string label(k_routes[i].pattern);
@@ -166,9 +176,45 @@ response router::error_response(const error& e, unsigned version,
 }
 
 reply router::error_reply(const error& e, const call& c, std::string_view allow) const {
+  if (cluster_ != nullptr && e.leader != 0 && e.code == errc::unavailable) {
+    const std::string leader = cluster_->node_at(e.leader);
+    // Another node leads the shard: the request goes there, once.
+    const auto from = c.req[k_forwarded_header];
+    if (c.forwardable && from.empty()) {
+      reply r;
+      r.forward_to = leader;
+      return r;
+    }
+    error moved = e;
+    moved.message =
+        from.empty() ? fmt::format("{}: a streaming consume is not forwarded; connect to {}",
+                                   e.message, leader)
+                     : fmt::format("{} (leadership moved while node {} forwarded the request here)",
+                                   e.message, std::string_view(from));
+    moved.retry_after_ms = opts_.retry_after_ms;
+    reply r{make_error_response(moved, c.req.version(), error_extras{opts_.retry_after_ms, allow}),
+            {},
+            {}};
+    r.res.set("X-Onceq-Leader", leader);
+    return r;
+  }
   reply r{
       make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}, {}};
   return r;
+}
+
+void router::forward(pending_ptr p, std::string node) {
+  const request& req = p->req;
+  auto ex = p->ex;
+  forwarder_->forward(req, std::move(node), ex, [this, p = std::move(p)](result<response> r) {
+    reply out;
+    if (r.ok()) {
+      out.res = std::move(*r);
+    } else {
+      out = error_reply(r.err(), p->c);
+    }
+    finish(std::move(p), std::move(out));
+  });
 }
 
 void router::handle(request req, asio::any_io_executor ex, reply_fn done) {
@@ -257,6 +303,14 @@ asio::awaitable<reply> router::handle(request req) {
 }
 
 void router::finish(pending_ptr p, reply out) {
+  if (!out.forward_to.empty() && forwarder_ != nullptr) {
+    std::string node = std::move(out.forward_to);
+    return forward(std::move(p), std::move(node));
+  }
+  // The node that answered; a relayed answer keeps the leader's.
+  if (cluster_ != nullptr && out.res.find(k_node_header) == out.res.end()) {
+    out.res.set(k_node_header, cluster_->self());
+  }
   out.res.version(p->req.version());
   out.res.set(k_request_id_header, p->c.request_id);
   out.shard = p->c.shard;

@@ -36,6 +36,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "http/auth.hpp"
+#include "http/cluster_view.hpp"
 #include "http/drain_meter.hpp"
 #include "http/message.hpp"
 #include "http/metrics.hpp"
@@ -94,13 +95,20 @@ struct reply {
   // The shard whose loop ran the command, for a route with a topic: a
   // session whose requests keep going to another shard moves there.
   std::optional<std::uint32_t> shard;
+  // A cluster's node that must answer instead (the shard's leader): the
+  // router forwards the request there and relays its answer.
+  std::string forward_to{};
 };
 
 class router {
  public:
   // auth: null = every route is open (no --auth-file); else it must
   // outlive the router.
-  router(shard_set& shards, const clock& time, http_options opts, authenticator* auth = nullptr);
+  // cluster: the node's cluster (outlives the router), or null for a single
+  // node; with one, every answer carries X-Onceq-Node and a request for a
+  // shard this node does not lead is forwarded to its leader.
+  router(shard_set& shards, const clock& time, http_options opts, authenticator* auth = nullptr,
+         const cluster_view* cluster = nullptr);
   ~router();
   router(const router&) = delete;
   router& operator=(const router&) = delete;
@@ -161,6 +169,7 @@ class router {
 
   reply healthz(call& c);
   reply version(call& c);
+  reply cluster_status(call& c);
   asio::awaitable<reply> create_topic(call& c);
   asio::awaitable<reply> list_topics(call& c);
   asio::awaitable<reply> get_topic(call& c);
@@ -187,6 +196,10 @@ class router {
   const clock& clock_;
   http_options opts_;
   authenticator* auth_;
+  const cluster_view* cluster_;
+  std::unique_ptr<class forwarder> forwarder_;  // with cluster_
+  // Forwards p's request to node and finishes p with the relayed answer.
+  void forward(pending_ptr p, std::string node);
   drain_meter drain_;
   std::vector<std::string> labels_;       // metric label per distinct pattern (+ "unmatched")
   std::vector<std::size_t> route_label_;  // route index -> label index

@@ -48,6 +48,14 @@ reply router::healthz(call&) {
   return r;
 }
 
+reply router::cluster_status(call& c) {
+  if (cluster_ == nullptr) {
+    return error_reply(
+        make_error(errc::not_found, "this server is a single node: it runs without --cluster"), c);
+  }
+  return json_reply(status::ok, cluster_->status());
+}
+
 reply router::version(call&) {
   return json_reply(status::ok,
                     {{"version", opts_.version}, {"commit", opts_.commit}, {"wal_enabled", true}});
@@ -64,6 +72,12 @@ asio::awaitable<reply> router::create_topic(call& c) {
   // name are ordered there.
   shard& owner = shards_.place(cmd->name);
   c.shard = owner.id();
+  if (owner.replicated()) {
+    // A cluster places names by hash: nothing to settle.
+    auto r = co_await async_submit(owner, std::move(*cmd), use_awaitable);
+    if (!r.ok()) co_return error_reply(r.err(), c);
+    co_return json_reply(status::created, to_json(*r));
+  }
   auto r_op = async_execute<topic_created>(
       owner,
       [this, id = owner.id(), cmd = std::move(*cmd)](broker& b) {
@@ -102,6 +116,11 @@ asio::awaitable<reply> router::delete_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   const std::string& name = c.captures.at(0);
   shard& owner = route(c, name);
+  if (owner.replicated()) {
+    auto r = co_await async_submit(owner, delete_topic_cmd{name}, use_awaitable);
+    if (!r.ok()) co_return error_reply(r.err(), c);
+    co_return no_content();
+  }
   auto r_op = async_execute<void>(
       owner,
       [this, id = owner.id(), name](broker& b) {
@@ -149,6 +168,7 @@ asio::awaitable<reply> router::prometheus(call& c) {
   }
   render_storage_metrics(body, all);
   render_shard_metrics(body, gauges);
+  if (cluster_ != nullptr) cluster_->render_metrics(body);
   if (wal) render_wal_sync_metrics(body, *wal);
   if (auth_ != nullptr) auth_->render_metrics(body);
   metrics_->render(body);

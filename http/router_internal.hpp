@@ -33,6 +33,9 @@ struct router::call {
   std::vector<std::string> captures;
   auth_grant grant;                    // what the token may do (everything when auth is off)
   std::optional<std::uint32_t> shard;  // the shard the command ran on (reply::shard)
+  // Cluster: whether a not-leader answer may forward the request to the
+  // leader (not a streaming consume, whose answer does not end).
+  bool forwardable = true;
 };
 
 // One request from router::handle() to its answer, on the heap while its
@@ -95,7 +98,7 @@ asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
                                                std::vector<std::size_t>* per_shard = nullptr) {
   std::vector<T> all;
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    auto op = async_execute<std::vector<T>>(shards.at(i), fn, asio::use_awaitable);
+    auto op = async_query<std::vector<T>>(shards.at(i), fn, asio::use_awaitable);
     auto r = co_await std::move(op);
     if (!r.ok()) co_return std::move(r).err();
     if (per_shard != nullptr) per_shard->push_back(r->size());

@@ -58,16 +58,9 @@ void consume_stream::abandon_last() {
     cmds.push_back(std::move(e));
   }
   last_.clear();
-  shard_.execute<int>(
-      [cmds = std::move(cmds)](broker& b) -> result<int> {
-        for (const auto& e : cmds) {
-          // Fenced by attempts: a delivery someone else got meanwhile stays.
-          auto r = b.extend(e);
-          (void)r;  // best effort: a lease already gone needs nothing
-        }
-        return 0;
-      },
-      [](result<int>) {});
+  // Fenced by attempts: a delivery someone else got meanwhile stays; a
+  // lease already gone needs nothing (best effort).
+  for (auto& e : cmds) shard_.submit(std::move(e), [](result<millis>) {});
 }
 
 void router::produce(pending_ptr p) {
@@ -144,6 +137,7 @@ void router::consume(pending_ptr p) {
 // Stream: the first poll does not wait, so that errors (unknown topic, bad
 // lease) still get a proper status and the head goes out at once.
 asio::awaitable<reply> router::consume_stream_head(call& c, consume_request cr) {
+  c.forwardable = false;  // its answer does not end: a client connects to the leader
   shard& owner = route(c, cr.cmd.topic);
   cr.cmd.max_messages = opts_.stream_batch;
   consume_cmd first = cr.cmd;

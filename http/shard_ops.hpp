@@ -61,6 +61,17 @@ auto async_execute(shard& r, std::function<result<T>(broker&)> fn, Token&& token
       std::forward<Token>(token));
 }
 
+// shard::query: a read of this node's state (in a cluster, as this
+// replica last applied it).
+template <class T, class Token>
+auto async_query(shard& r, std::function<result<T>(broker&)> fn, Token&& token) {
+  return async_bridge<result<T>>(
+      [&r, fn = std::move(fn)](std::function<void(result<T>)> done) mutable {
+        r.query<T>(std::move(fn), std::move(done));
+      },
+      std::forward<Token>(token));
+}
+
 // shard::submit: the command itself crosses, typed (shard/commands.hpp).
 template <class Cmd, class Token>
 auto async_submit(shard& r, Cmd cmd, Token&& token) {

@@ -1,4 +1,5 @@
 #include "shard/shard.hpp"
+#include "shard/waiters.hpp"
 
 #include <pthread.h>
 
@@ -20,26 +21,18 @@ using steady = std::chrono::steady_clock;
 constexpr auto k_idle_wait = std::chrono::milliseconds(200);
 // How often the loop asks a store that refuses writes to resume.
 constexpr auto k_resume_every = std::chrono::milliseconds(500);
+// Cluster: how often the loop looks whether this node leads (it then
+// proposes the ticks).
+constexpr auto k_replicated_idle_wait = std::chrono::milliseconds(50);
 }  // namespace
 
-struct shard::waiter {
-  consume_cmd cmd;
-  steady::time_point deadline;
-  std::function<void(result<std::vector<delivery>>)> done;
-  // The command wrote before it parked (acks carried on the consume): its
-  // empty answer too waits for durability.
-  bool wrote = false;
-};
-
-struct shard::key_waiter {
-  key_query q;
-  steady::time_point deadline;
-  std::function<void(result<key_info>)> done;
-};
-
 shard::shard(std::uint32_t id, broker& b, storage::store& store, const clock& time,
-             shard_options opts)
-    : id_(id), broker_(b), store_(store), clock_(time), opts_(opts) {}
+             shard_options opts, shard_log* log)
+    : id_(id), broker_(b), store_(store), clock_(time), opts_(opts), log_(log) {
+  if (log_ != nullptr) {
+    log_->on_applied([this](log_tag tag, std::string_view topic) { on_applied(tag, topic); });
+  }
+}
 
 shard::~shard() {
   stop();
@@ -52,8 +45,9 @@ bool shard::on_loop() const noexcept {
 void shard::start() {
   if (started_.exchange(true)) return;
   // From here on the store is written from the loop: count the writes it
-  // had to wait for (onceq_shard_write_stalls_total).
-  store_.watch_write_stalls();
+  // had to wait for (onceq_shard_write_stalls_total). In a cluster the
+  // log's thread writes it.
+  if (log_ == nullptr) store_.watch_write_stalls();
   thread_ = std::thread([this] {
     // For top -H, perf, gdb.
     pthread_setname_np(pthread_self(), fmt::format("onceq-shard-{}", id_).substr(0, 15).c_str());
@@ -131,6 +125,10 @@ void shard::consume(consume_cmd cmd, millis wait_ms,
   wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
   auto w = std::make_shared<waiter>(
       waiter{std::move(cmd), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
+  if (log_ != nullptr) {
+    log_command first = w->cmd;
+    return replicated_consume(std::move(w), std::move(first));
+  }
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job([this, w, wait_ms](broker& b) { consume_now(b, w, wait_ms); }, std::move(rej));
 }
@@ -152,6 +150,28 @@ void shard::consume_after_acks(ack_batch_cmd acks, consume_cmd cmd, millis wait_
                                std::function<void(result<acked_consume>)> done) {
   wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
   auto shared_done = std::make_shared<std::function<void(result<acked_consume>)>>(std::move(done));
+  if (log_ != nullptr) {
+    // One entry acks and consumes; a long-poll after it consumes alone, and
+    // its answer carries the acks' outcomes (the waiter's done).
+    auto w =
+        std::make_shared<waiter>(waiter{cmd, steady::now() + std::chrono::milliseconds(wait_ms),
+                                        [shared_done](result<std::vector<delivery>> r) {
+                                          if (!r.ok()) return (*shared_done)(std::move(r).err());
+                                          (*shared_done)(acked_consume{{}, std::move(*r)});
+                                        },
+                                        true});
+    w->on_acked = [shared_done, wp = w.get()](result<consume_after_acks_reply> r) {
+      // The acks are applied: from now on the waiter's answer carries them.
+      auto outcomes = std::make_shared<std::vector<ack_outcome>>(std::move(r->acks));
+      wp->done = [shared_done, outcomes](result<std::vector<delivery>> d) {
+        if (!d.ok()) return (*shared_done)(std::move(d).err());
+        (*shared_done)(acked_consume{std::move(*outcomes), std::move(*d)});
+      };
+      return std::move(r->deliveries);
+    };
+    return replicated_consume(std::move(w),
+                              consume_after_acks_cmd{std::move(acks), std::move(cmd)});
+  }
   auto rej = [shared_done](error e) { (*shared_done)(std::move(e)); };
   post_job(
       [this, acks = std::move(acks), cmd = std::move(cmd), wait_ms,
@@ -180,6 +200,7 @@ void shard::wait_key(key_query q, millis wait_ms, std::function<void(result<key_
   wait_ms = std::clamp<millis>(wait_ms, 0, opts_.max_wait_ms);
   auto w = std::make_shared<key_waiter>(key_waiter{
       std::move(q), steady::now() + std::chrono::milliseconds(wait_ms), std::move(done)});
+  if (log_ != nullptr) return replicated_wait_key(std::move(w));
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job(
       [this, w, wait_ms](broker& b) {
@@ -211,7 +232,18 @@ void shard::try_resume() {
 
 steady::duration shard::sleep_budget() const {
   const auto now = steady::now();
-  auto wake = now + k_idle_wait;
+  auto wake = now + (log_ != nullptr ? k_replicated_idle_wait : k_idle_wait);
+  if (log_ != nullptr) {
+    // The broker is not ours to read: the log publishes its next deadline
+    // (the leader's tick).
+    if (const millis d = log_->next_deadline(); d >= 0 && log_->leads() && !tick_in_flight_) {
+      auto in = std::max<millis>(0, d - clock_.now_ms());
+      wake = std::min(wake, now + std::chrono::milliseconds(in));
+    }
+    for (const auto& w : waiters_) wake = std::min(wake, w->deadline);
+    for (const auto& w : key_waiters_) wake = std::min(wake, w->deadline);
+    return std::max<steady::duration>(steady::duration::zero(), wake - now);
+  }
   if (auto d = broker_.next_deadline()) {
     auto in = std::max<millis>(0, *d - clock_.now_ms());
     wake = std::min(wake, now + std::chrono::milliseconds(in));
@@ -274,6 +306,7 @@ void shard::wake_waiters() {
 }
 
 void shard::end_iteration() {
+  if (log_ != nullptr) return end_replicated_iteration();
   try_resume();
   broker_.tick();
   wake_waiters();
@@ -282,6 +315,7 @@ void shard::end_iteration() {
 }
 
 void shard::release_waiters() {
+  if (log_ != nullptr) return expire_replicated_waiters(true);
   for (auto& w : waiters_) {
     if (w->wrote) {
       answer_when_durable(result<std::vector<delivery>>(std::vector<delivery>{}),

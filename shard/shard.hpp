@@ -17,6 +17,17 @@
 // to resume every 500 ms and rebuilds the broker from the store when the
 // store had to be reopened, so the shard recovers without a restart.
 //
+// In a cluster (a shard_log given) the broker is the replica's: it lives on
+// the thread that applies the shard's Raft log, not on this loop. Commands
+// that change state are proposed as log entries (broker/log_entry.hpp) and
+// answered with what their apply returned, once committed on a majority
+// (durable there: no sync of the shard's own). Reads run where the broker
+// lives (shard_log::read), long-polls park on this loop and propose their
+// consume again when an applied entry may have made messages ready, and the
+// leader proposes a tick entry when the broker's timers are due. A node
+// that does not lead the shard answers errc::unavailable with
+// error::leader naming the leader (http/ forwards the request there).
+//
 // Thread safety: every public member may be called from any thread. A call
 // from the shard's own loop runs the command at once (no hand-off); a call
 // from another thread crosses once: it is posted to the loop, and its done
@@ -28,7 +39,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -36,6 +50,7 @@
 
 #include "broker/broker.hpp"
 #include "shard/commands.hpp"
+#include "shard/shard_log.hpp"
 
 namespace onceq {
 
@@ -46,9 +61,11 @@ struct shard_options {
 
 class shard {
  public:
-  // b and store belong to this shard alone; all three outlive it.
+  // b and store belong to this shard alone; all three outlive it. log: the
+  // shard's replicated log in a cluster (then b is its replica's broker and
+  // store its store, both touched only by the log's thread), else null.
   shard(std::uint32_t id, broker& b, storage::store& store, const clock& time,
-        shard_options opts = {});
+        shard_options opts = {}, shard_log* log = nullptr);
   ~shard();  // stop()
   shard(const shard&) = delete;
   shard& operator=(const shard&) = delete;
@@ -73,10 +90,16 @@ class shard {
   // Whether the caller runs on this shard's loop.
   bool on_loop() const noexcept;
 
+  // Whether the shard is one of a cluster (a shard_log).
+  bool replicated() const noexcept { return log_ != nullptr; }
+
   // Runs fn on the loop and calls done with its result after the writes it
-  // made are durable (errors are answered at once).
+  // made are durable (errors are answered at once). In a cluster fn may
+  // only read: it runs on the leader, on state that holds every committed
+  // command (the leader's read after a barrier).
   template <class T>
   void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
+    if (log_ != nullptr) return read_replica<T>(true, std::move(fn), std::move(done));
     auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
     post_job(
         [this, fn = std::move(fn), shared_done](broker& b) mutable {
@@ -91,12 +114,31 @@ class shard {
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
 
+  // A read of this node's state, as execute; in a cluster on any node, as
+  // this replica last applied it (may lag the leader: lists and stats).
+  template <class T>
+  void query(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
+    if (log_ != nullptr) return read_replica<T>(false, std::move(fn), std::move(done));
+    execute<T>(std::move(fn), std::move(done));
+  }
+
   // Runs the command on the loop (shard/commands.hpp) and calls done with
-  // its answer after the writes it made are durable, as execute.
+  // its answer after the writes it made are durable, as execute. In a
+  // cluster a command that writes is proposed to the log, a read runs on
+  // the leader as execute.
   template <class Cmd>
   void submit(Cmd cmd, std::function<void(result<typename command<Cmd>::reply>)> done) {
-    execute<typename command<Cmd>::reply>(
-        [cmd = std::move(cmd)](broker& b) { return command<Cmd>::run(b, cmd); }, std::move(done));
+    using reply = typename command<Cmd>::reply;
+    if constexpr (command<Cmd>::writes) {
+      if (log_ != nullptr) {
+        propose(Cmd(std::move(cmd)), [done = std::move(done)](result<log_reply> r) {
+          done(reply_of<reply>(std::move(r)));
+        });
+        return;
+      }
+    }
+    execute<reply>([cmd = std::move(cmd)](broker& b) { return command<Cmd>::run(b, cmd); },
+                   std::move(done));
   }
 
   // consume, and if nothing is available and wait_ms > 0, park until the
@@ -143,6 +185,40 @@ class shard {
   std::uint64_t iterations() const noexcept { return iterations_.load(std::memory_order_relaxed); }
 
  private:
+  struct waiter;
+  struct key_waiter;
+  // Cluster: runs fn where the broker lives (shard_log::read) and answers
+  // done there.
+  template <class T>
+  void read_replica(bool fresh, std::function<result<T>(broker&)> fn,
+                    std::function<void(result<T>)> done) {
+    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
+    replica_read(
+        fresh,
+        [fn = std::move(fn), shared_done](broker& b) {
+          result<T> r = make_error(errc::internal, "internal error");
+          try {
+            r = fn(b);
+          } catch (const std::exception& e) {
+            r = make_error(errc::internal, e.what());
+          }
+          (*shared_done)(std::move(r));
+        },
+        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+  }
+  // Cluster (shard_replicated.cpp).
+  void replica_read(bool fresh, std::function<void(broker&)> fn, std::function<void(error)> fail);
+  void propose(log_command cmd, shard_log::reply_fn done);
+  void replicated_consume(std::shared_ptr<waiter> w, log_command entry);
+  void consumed(std::shared_ptr<waiter> w, result<log_reply> r);
+  void replicated_wait_key(std::shared_ptr<key_waiter> w);
+  void recheck_key(std::shared_ptr<key_waiter> w, bool last);
+  void key_checked(std::shared_ptr<key_waiter> w, result<key_info> r, bool last);
+  void on_applied(log_tag tag, std::string_view topic);
+  void wake_replicated();
+  void end_replicated_iteration();
+  void expire_replicated_waiters(bool all);
+
   using job = std::function<void(broker&)>;
   using reject = std::function<void(error)>;
   using durable_fn = std::function<void(result<void>)>;
@@ -179,8 +255,6 @@ class shard {
                       std::function<void(result<std::vector<delivery>>)> done);
   void wake_waiters();
 
-  struct waiter;
-  struct key_waiter;
   // Loop: consume for w now, or park it (wait_ms > 0, nothing yet).
   void consume_now(broker& b, std::shared_ptr<waiter> w, millis wait_ms);
 
@@ -205,6 +279,21 @@ class shard {
   std::vector<durable_fn> round_;
   std::chrono::steady_clock::time_point next_resume_{};
   bool needs_recover_ = false;
+
+  // Cluster.
+  shard_log* log_ = nullptr;
+  // Set from the log's thread when an applied entry may wake parked
+  // consumers (ready_topics_, or every topic) or key waiters.
+  std::mutex wake_mu_;
+  std::vector<std::string> ready_topics_;  // wake_mu_
+  bool wake_all_ = false;                  // wake_mu_
+  bool wake_keys_ = false;                 // wake_mu_
+  std::atomic<bool> wake_posted_{false};
+  // Consumes and key waits started and not answered yet: while there are
+  // none, applied entries wake nothing (no lock, no post).
+  std::atomic<std::size_t> interest_{0};
+  bool tick_in_flight_ = false;                        // loop only
+  std::chrono::steady_clock::time_point last_tick_{};  // loop only
 };
 
 }  // namespace onceq

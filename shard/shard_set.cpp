@@ -28,8 +28,9 @@ bool is_dlq(std::string_view name) {
 
 }  // namespace
 
-shard_set::shard_set(std::vector<shard*> shards)
+shard_set::shard_set(std::vector<shard*> shards, placement_rule rule)
     : shards_(std::move(shards)),
+      rule_(rule),
       instance_(g_instances.fetch_add(1) + 1),
       current_(std::make_shared<const table>()) {
   if (shards_.empty()) throw std::invalid_argument("shard_set needs at least one shard");
@@ -61,8 +62,20 @@ std::optional<std::uint32_t> shard_set::placed_on(std::string_view topic) const 
   return lookup(*snapshot(), topic);
 }
 
+std::uint32_t shard_set::hashed(std::string_view topic) const {
+  if (is_dlq(topic)) topic = topic.substr(k_dlq_prefix.size());
+  // FNV-1a, 64 bits: the same on every node and build (std::hash is not).
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : topic) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return static_cast<std::uint32_t>(h % shards_.size());
+}
+
 shard& shard_set::of(std::string_view topic) const {
   if (shards_.size() == 1) return *shards_[0];
+  if (rule_ == placement_rule::hashed) return *shards_[hashed(topic)];
   if (auto id = placed_on(topic)) return *shards_[*id];
   // Not placed: any fixed shard answers "unknown topic"; the same one every
   // time, so that a name's requests do not wander.
@@ -75,6 +88,7 @@ void shard_set::publish(table next) {
 }
 
 shard& shard_set::place(std::string_view topic) {
+  if (rule_ == placement_rule::hashed) return of(topic);
   std::lock_guard lk(mu_);
   if (auto id = lookup(*current_, topic)) return *shards_[*id];
   std::vector<std::size_t> counts(shards_.size(), 0);
@@ -90,6 +104,7 @@ shard& shard_set::place(std::string_view topic) {
 }
 
 void shard_set::settle(std::string_view topic, std::uint32_t shard_id, bool exists) {
+  if (rule_ == placement_rule::hashed) return;
   std::lock_guard lk(mu_);
   auto it = current_->find(topic);
   const bool listed = it != current_->end() && it->second == shard_id;
@@ -109,6 +124,12 @@ result<void> shard_set::load() {
     // Before the loops start: this thread is the only one on the brokers.
     auto topics = shards_[i]->topics_before_start();
     for (auto& name : topics) {
+      if (rule_ == placement_rule::hashed && hashed(name) != i) {
+        return make_error(errc::failed_precondition,
+                          fmt::format("topic \"{}\" is stored on shard {}, but its name places it "
+                                      "on shard {} of {}: run the --shards it was created with",
+                                      name, i, hashed(name), shards_.size()));
+      }
       auto [it, fresh] = t.emplace(name, i);
       if (!fresh) {
         return make_error(

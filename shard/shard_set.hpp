@@ -15,6 +15,11 @@
 // made under a mutex, by the create and delete commands on the topic's
 // shard (so all changes to one name are ordered by that shard's loop).
 //
+// In a cluster the placement is a fixed function of the name instead
+// (placement_rule::hashed: FNV-1a of the name, a DLQ's of its base, modulo
+// the shard count), so that every node routes a name to the same shard
+// without agreeing on a table; a cluster's nodes run the same --shards.
+//
 // Thread safety: every member may be called from any thread.
 
 #include <atomic>
@@ -30,10 +35,15 @@
 
 namespace onceq {
 
+enum class placement_rule {
+  balanced,  // the shard with the fewest topics at creation (a single node)
+  hashed,    // a function of the name (a cluster)
+};
+
 class shard_set {
  public:
   // shards[i] has id i; at least one. They outlive the set.
-  explicit shard_set(std::vector<shard*> shards);
+  explicit shard_set(std::vector<shard*> shards, placement_rule rule = placement_rule::balanced);
   shard_set(const shard_set&) = delete;
   shard_set& operator=(const shard_set&) = delete;
 
@@ -42,7 +52,8 @@ class shard_set {
 
   // Builds the placement from each shard's topics (broker::list_topics,
   // called on this thread: before the shards' loops start). Errors:
-  // errc::failed_precondition when a topic is on two shards.
+  // errc::failed_precondition when a topic is on two shards, or (hashed)
+  // on another shard than its name's.
   result<void> load();
 
   // The shard of topic; for a name not placed (yet): the shard of its
@@ -72,7 +83,11 @@ class shard_set {
   // mu_ held: a copy of the table with the change, published.
   void publish(table next);
 
+  // placement_rule::hashed: the shard of a name.
+  std::uint32_t hashed(std::string_view topic) const;
+
   std::vector<shard*> shards_;
+  placement_rule rule_;
   const std::uint64_t instance_;  // tells this set's snapshots from another's per thread
   mutable std::mutex mu_;
   std::shared_ptr<const table> current_;  // mu_

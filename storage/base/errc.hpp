@@ -32,6 +32,11 @@ struct error {
   // resource_exhausted / unavailable: a hint of when a retry may succeed, in
   // ms (http/ sends it as Retry-After and retry_after_ms); 0 = no hint.
   long long retry_after_ms = 0;
+  // unavailable, from a node of a cluster that does not lead the command's
+  // shard: the node that does, as its position in the cluster file plus 1
+  // (its raft id), 0 when none is known. Nothing was done here: http/
+  // forwards the request there (docs/API.md, "Clusters").
+  unsigned leader = 0;
 };
 
 }  // namespace onceq

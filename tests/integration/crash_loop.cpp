@@ -7,6 +7,14 @@
 //
 //   crash_loop --kills 20 --seed 7 --duration-limit 90
 //
+// With --cluster N it runs N onceqd nodes of one cluster (onceqd --cluster)
+// on 127.0.0.1 instead: every request goes to a random live node (retried
+// on another one after no answer or a 503, with the same dedup id), and the
+// killer SIGKILLs one node at a time (the leader of a topic's shard
+// --leader-percent of the time, else a follower), restarts it after a
+// random pause and waits until its GET /v1/cluster answers before the next
+// kill: a majority is always up.
+//
 // The kill moments and every client decision come from --seed; thread
 // interleavings and the server's timing do not, so a seed reproduces the
 // schedule of a failing run, not its exact history.
@@ -19,6 +27,8 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -30,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster_support.hpp"
 #include "crash_loop_history.hpp"
 #include "http_client.hpp"
 #include "server_process.hpp"
@@ -66,6 +77,12 @@ struct config {
   // shard, so the kills hit two loops and two RocksDB instances at once.
   int shards = 0;
   int topics = 1;
+  // --cluster N: N nodes (0 = one plain onceqd). The kill cadence defaults
+  // to a cluster's pace (an election takes 1-2 s): uptime between kills
+  // 500-2500 ms, a killed node down 0-1500 ms.
+  int cluster = 0;
+  int leader_percent = 60;  // kills aimed at a topic's shard leader
+  int down_max_ms = -1;     // -1: 100 alone, 1500 in a cluster
 };
 
 // Topic t of the workload: "crash", "crash-1", "crash-2", ...
@@ -92,7 +109,10 @@ std::string numbered(std::string_view prefix, long long n) {
 
 // What every workload thread shares with the harness.
 struct shared_state {
-  std::atomic<std::uint16_t> port{0};  // 0 while the server is down
+  explicit shared_state(std::size_t nodes) : ports(nodes) {}
+  // Each node's port, 0 while it is down (one entry without --cluster).
+  std::vector<std::atomic<std::uint16_t>> ports;
+  bool cluster = false;
   std::atomic<bool> stop_producing{false};
   std::atomic<bool> final_phase{false};  // consumers ack everything, long leases
   std::atomic<bool> stop_consuming{false};
@@ -107,34 +127,60 @@ struct unexpected_log {
   }
 };
 
-// A keep-alive connection to whichever server is up: reconnects to the
-// current port, answers nullopt when there was no answer (down, killed,
-// timeout).
+// Keep-alive connections to whichever servers are up: each request goes to
+// a random live node (the only one without --cluster), avoiding the node
+// that last gave no answer or a 503 while another is up. Answers nullopt
+// when there was no answer (down, killed, timeout).
 class connection {
  public:
-  explicit connection(const shared_state& s) : s_(s) {}
+  connection(const shared_state& s, std::uint64_t seed)
+      : s_(s), rng_(seed), clients_(s.ports.size()), client_ports_(s.ports.size(), 0) {}
 
   std::optional<http_response> send(std::string_view method, std::string_view target,
                                     const json& body = nullptr, const header_list& headers = {}) {
-    const std::uint16_t p = s_.port.load();
+    std::vector<std::size_t> live;
+    for (std::size_t i = 0; i < s_.ports.size(); ++i) {
+      if (s_.ports[i].load() != 0 && (static_cast<int>(i) != avoid_ || s_.ports.size() == 1)) {
+        live.push_back(i);
+      }
+    }
+    if (live.empty() && avoid_ >= 0 && s_.ports[static_cast<std::size_t>(avoid_)].load() != 0) {
+      live.push_back(static_cast<std::size_t>(avoid_));
+    }
+    if (live.empty()) return std::nullopt;
+    const std::size_t i = live.size() == 1 ? live.front() : live[rng_() % live.size()];
+    const std::uint16_t p = s_.ports[i].load();
     if (p == 0) return std::nullopt;
-    if (p != port_ || !client_) {
-      client_ = std::make_unique<http_client>(p, k_client_timeout);
-      port_ = p;
+    auto& client = clients_[i];
+    if (p != client_ports_[i] || !client) {
+      client = std::make_unique<http_client>(p, k_client_timeout);
+      client_ports_[i] = p;
     }
     try {
-      return client_->request(method, target, body.is_null() ? std::string() : body.dump(),
-                              headers);
+      auto r = client->request(method, target, body.is_null() ? std::string() : body.dump(),
+                               headers);
+      if (r.status == 503) ++unavailable_;
+      avoid_ = r.status == 503 ? static_cast<int>(i) : -1;
+      return r;
     } catch (const std::exception&) {
-      client_.reset();
+      client.reset();
+      ++no_answer_;
+      avoid_ = static_cast<int>(i);
       return std::nullopt;
     }
   }
 
+  std::size_t unavailable() const { return unavailable_; }
+  std::size_t no_answer() const { return no_answer_; }
+
  private:
   const shared_state& s_;
-  std::unique_ptr<http_client> client_;
-  std::uint16_t port_ = 0;
+  std::mt19937_64 rng_;
+  std::vector<std::unique_ptr<http_client>> clients_;
+  std::vector<std::uint16_t> client_ports_;
+  int avoid_ = -1;
+  std::size_t unavailable_ = 0;
+  std::size_t no_answer_ = 0;
 };
 
 bool retryable(unsigned status) {
@@ -151,7 +197,7 @@ class producer {
         cfg_(cfg),
         s_(s),
         rng_(cfg.seed * 7919 + 100 + index),
-        conn_(s) {}
+        conn_(s, cfg.seed * 7919 + 300 + index) {}
 
   void run() {
     // Each key gets two messages; the second is sometimes sent right away,
@@ -177,6 +223,8 @@ class producer {
 
   history take() { return std::move(h_); }
   unexpected_log& unexpected() { return unexpected_; }
+  const connection& conn() const { return conn_; }
+  millis longest_wait_ms() const { return longest_wait_ms_; }
 
  private:
   int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
@@ -223,11 +271,15 @@ class producer {
   // (nullopt, not recorded) 15 s after the producers were told to stop.
   std::optional<json> send_with_retries(const json& body, const std::string& dedup_id) {
     std::optional<millis> give_up;
+    const millis first = now_ms();
     for (;;) {
       if (!give_up && s_.stop_producing.load()) give_up = now_ms() + 15'000;
       if (give_up && now_ms() > *give_up) return std::nullopt;
       auto r = conn_.send("POST", "/v1/produce", body, {{"Idempotency-Key", dedup_id}});
-      if (r && r->status == 200) return r->json();
+      if (r && r->status == 200) {
+        longest_wait_ms_ = std::max(longest_wait_ms_, now_ms() - first);
+        return r->json();
+      }
       if (r && !retryable(r->status)) {
         unexpected_.add("produce " + dedup_id, *r);
         return std::nullopt;
@@ -248,6 +300,7 @@ class producer {
   connection conn_;
   history h_;
   unexpected_log unexpected_;
+  millis longest_wait_ms_ = 0;  // first attempt to 200, over every answered produce
 };
 
 // ---- consumers ----------------------------------------------------------
@@ -259,7 +312,7 @@ class consumer {
         topic_(index % cfg.topics),
         rng_(cfg.seed * 7919 + 200 + index),
         s_(s),
-        conn_(s) {}
+        conn_(s, cfg.seed * 7919 + 400 + index) {}
 
   void run() {
     while (!s_.stop_consuming.load()) {
@@ -299,6 +352,7 @@ class consumer {
 
   history take() { return std::move(h_); }
   unexpected_log& unexpected() { return unexpected_; }
+  const connection& conn() const { return conn_; }
 
  private:
   int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
@@ -364,7 +418,9 @@ class consumer {
     for (;;) {
       r = conn_.send("POST", target, body);
       if (r && !retryable(r->status)) break;
-      lost_one = lost_one || !r;
+      // In a cluster a 503 may also mean "appended, then leadership lost":
+      // the outcome is unknown, as without an answer.
+      lost_one = lost_one || !r || (s_.cluster && r->status == 503);
       if (now_ms() - sent > 5000 || s_.stop_consuming.load()) {
         r.reset();
         break;
@@ -428,6 +484,8 @@ class consumer {
 
 std::optional<config> parse_args(int argc, char** argv) {
   config c;
+  bool kill_min_set = false;
+  bool kill_max_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> std::string {
@@ -450,8 +508,10 @@ std::optional<config> parse_args(int argc, char** argv) {
       c.consumers = std::stoi(value());
     } else if (a == "--kill-min-ms") {
       c.kill_min_ms = std::stoi(value());
+      kill_min_set = true;
     } else if (a == "--kill-max-ms") {
       c.kill_max_ms = std::stoi(value());
+      kill_max_set = true;
     } else if (a == "--produce-pause-ms") {
       c.produce_pause_ms = std::stoi(value());
     } else if (a == "--drain-limit") {
@@ -462,29 +522,51 @@ std::optional<config> parse_args(int argc, char** argv) {
       c.shards = std::stoi(value());
     } else if (a == "--topics") {
       c.topics = std::stoi(value());
+    } else if (a == "--cluster") {
+      c.cluster = std::stoi(value());
+    } else if (a == "--leader-percent") {
+      c.leader_percent = std::stoi(value());
+    } else if (a == "--down-max-ms") {
+      c.down_max_ms = std::stoi(value());
     } else {
       std::cerr << "crash_loop: unknown flag " << a
                 << "\nflags: --kills N --seed S --data-dir DIR --onceqd PATH --duration-limit SEC"
                    " --producers N --consumers N --kill-min-ms MS --kill-max-ms MS"
                    " --produce-pause-ms MS --drain-limit SEC --rollback-at-kill K"
-                   " --shards N --topics N\n";
+                   " --shards N --topics N --cluster NODES --leader-percent P"
+                   " --down-max-ms MS\n";
       return std::nullopt;
     }
   }
+  if (c.cluster > 0) {
+    if (!kill_min_set) c.kill_min_ms = 500;
+    if (!kill_max_set) c.kill_max_ms = std::max(2500, c.kill_min_ms);
+  }
+  if (c.down_max_ms < 0) c.down_max_ms = c.cluster > 0 ? 1500 : 100;
   if (c.kills < 0 || c.producers < 1 || c.consumers < 1 || c.kill_min_ms < 0 ||
-      c.kill_max_ms < c.kill_min_ms || c.shards < 0 || c.topics < 1) {
-    std::cerr << "crash_loop: bad flag values\n";
+      c.kill_max_ms < c.kill_min_ms || c.shards < 0 || c.topics < 1 || c.cluster < 0 ||
+      (c.cluster > 0 && c.cluster < 3) || c.cluster > 7 || c.leader_percent < 0 ||
+      c.leader_percent > 100 || c.shards > k_max_test_groups) {
+    std::cerr << "crash_loop: bad flag values (--cluster needs 3..7 nodes, so that a majority"
+                 " stays up while one is down; --shards at most "
+              << k_max_test_groups << ")\n";
+    return std::nullopt;
+  }
+  if (c.cluster > 0 && c.rollback_at_kill > 0) {
+    std::cerr << "crash_loop: --rollback-at-kill is for one onceqd, not --cluster\n";
     return std::nullopt;
   }
   return c;
 }
 
+using getter = std::function<std::optional<http_response>(const std::string& target)>;
+
 // Group g's backlog and inflight are both 0 on every topic.
-bool drained(http_client& c, int topics) {
+bool drained(const getter& get, int topics) {
   for (int t = 0; t < topics; ++t) {
-    auto r = c.get("/v1/topics/" + topic_name(t));
-    if (r.status != 200) return false;
-    auto j = r.json();
+    auto r = get("/v1/topics/" + topic_name(t));
+    if (!r || r->status != 200) return false;
+    auto j = r->json();
     if (!j.at("groups").contains(k_group)) return false;
     const auto& g = j.at("groups").at(k_group);
     if (g.at("backlog").get<std::uint64_t>() != 0 || g.at("inflight").get<std::uint64_t>() != 0) {
@@ -494,17 +576,193 @@ bool drained(http_client& c, int topics) {
   return true;
 }
 
+// Polls drained() until three answers in a row say so, or limit_s passed.
+bool drain(const getter& get, const config& cfg) {
+  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_limit_s);
+  int quiet = 0;
+  while (std::chrono::steady_clock::now() < drain_end && quiet < 3) {
+    std::this_thread::sleep_for(300ms);
+    quiet = drained(get, cfg.topics) ? quiet + 1 : 0;
+  }
+  return quiet >= 3;
+}
+
 // The topic of a key "p<producer>-<n>".
 std::string topic_of_key(const std::string& key, int topics) {
   const int producer = std::stoi(key.substr(1, key.find('-') - 1));
   return topic_name(producer % topics);
 }
 
-int run(const config& cfg) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed_s = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// The producer and consumer threads.
+class workload {
+ public:
+  struct result {
+    history h;
+    std::vector<std::string> unexpected;
+    std::size_t crashes = 0;
+    std::size_t unavailable = 0;  // 503 answers
+    std::size_t no_answer = 0;    // requests without an answer
+    millis longest_produce_wait_ms = 0;
   };
+
+  workload(const config& cfg, shared_state& s) : s_(s) {
+    for (int i = 0; i < cfg.producers; ++i) {
+      producers_.push_back(std::make_unique<producer>(i, cfg, s));
+      producer_threads_.emplace_back([p = producers_.back().get()] { p->run(); });
+    }
+    for (int i = 0; i < cfg.consumers; ++i) {
+      consumers_.push_back(std::make_unique<consumer>(i, cfg, s));
+      consumer_threads_.emplace_back([c = consumers_.back().get()] { c->run(); });
+    }
+  }
+  ~workload() {
+    s_.stop_producing = true;
+    s_.stop_consuming = true;
+    join(producer_threads_);
+    join(consumer_threads_);
+  }
+  workload(const workload&) = delete;
+  workload& operator=(const workload&) = delete;
+
+  // Producers finish; consumers then ack everything with long leases.
+  void stop_producing() {
+    s_.stop_producing = true;
+    join(producer_threads_);
+    s_.final_phase = true;
+  }
+  void stop_consuming() {
+    s_.stop_consuming = true;
+    join(consumer_threads_);
+  }
+
+  // After both stops.
+  result collect() {
+    result out;
+    for (auto& p : producers_) {
+      out.h.append(p->take());
+      for (auto& l : p->unexpected().lines) out.unexpected.push_back(std::move(l));
+      out.unavailable += p->conn().unavailable();
+      out.no_answer += p->conn().no_answer();
+      out.longest_produce_wait_ms = std::max(out.longest_produce_wait_ms, p->longest_wait_ms());
+    }
+    for (auto& c : consumers_) {
+      out.h.append(c->take());
+      out.crashes += c->crashes();
+      for (auto& l : c->unexpected().lines) out.unexpected.push_back(std::move(l));
+      out.unavailable += c->conn().unavailable();
+      out.no_answer += c->conn().no_answer();
+    }
+    return out;
+  }
+
+ private:
+  static void join(std::vector<std::thread>& threads) {
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  shared_state& s_;
+  std::vector<std::unique_ptr<producer>> producers_;
+  std::vector<std::unique_ptr<consumer>> consumers_;
+  std::vector<std::thread> producer_threads_, consumer_threads_;
+};
+
+// What a run found besides the workload's history.
+struct run_outcome {
+  int kills = 0;
+  double kill_phase_s = 0;
+  bool drain_ok = false;
+  final_key_states keys;
+  std::vector<std::string> unexpected;  // the harness's own reads
+  std::vector<std::string> figure_lines;
+};
+
+// Checks and prints; the exit status of the run.
+int report(const config& cfg, workload::result& w, run_outcome& o, double elapsed) {
+  auto violations = check(w.h, o.keys);
+  for (const auto& u : w.unexpected) violations.push_back({"unexpected_status", u});
+  for (const auto& u : o.unexpected) violations.push_back({"unexpected_status", u});
+  if (!o.drain_ok) {
+    violations.push_back({"not_drained", "group " + std::string(k_group) +
+                                             " still had backlog or inflight after " +
+                                             std::to_string(cfg.drain_limit_s) + " s"});
+  }
+  const figures f = count(w.h, o.keys);
+  std::map<std::string, std::size_t> by_rule;
+  for (const auto& v : violations) ++by_rule[v.rule];
+
+  std::cout << "crash_loop: seed " << cfg.seed << ", " << cfg.topics << " topic(s)"
+            << (cfg.shards > 0 ? ", --shards " + std::to_string(cfg.shards) : std::string())
+            << (cfg.cluster > 0 ? ", --cluster " + std::to_string(cfg.cluster) : std::string())
+            << "\n"
+            << "  kills                       " << o.kills << " (" << cfg.kills
+            << " asked + 1 before the final key check)\n"
+            << "  kill phase                  " << static_cast<int>(o.kill_phase_s) << " s\n"
+            << "  produces answered           " << f.produces_answered << " (" << f.keys_answered
+            << " keys)\n"
+            << "  produce retries deduped     " << f.produce_duplicates << "\n"
+            << "  deliveries                  " << f.deliveries << " (" << f.redeliveries
+            << " redeliveries)\n"
+            << "  consumer crashes            " << w.crashes << "\n"
+            << "  acks answered ok            " << f.acks_ok << "\n"
+            << "  acks fenced (409)           " << f.acks_rejected << "\n"
+            << "  acks without answer         " << f.acks_unknown << "\n"
+            << "  nacks ok                    " << f.nacks_ok << "\n"
+            << "  key duplicates suppressed   " << f.key_duplicates_suppressed << "\n";
+  for (const auto& l : o.figure_lines) std::cout << "  " << l << "\n";
+  std::cout << "  violations                  " << violations.size() << "\n"
+            << "  elapsed                     " << static_cast<int>(elapsed) << " s\n";
+  for (const auto& [rule, n] : by_rule) std::cout << "    " << rule << ": " << n << "\n";
+  int shown = 0;
+  for (const auto& v : violations) {
+    if (++shown > 20) break;
+    std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+  }
+  if (!violations.empty()) return 1;
+  if (o.kills < cfg.kills + 1) {
+    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
+              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
+    return 2;
+  }
+  if (f.produces_answered == 0 || f.acks_ok == 0 || f.redeliveries == 0) {
+    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
+    return 2;
+  }
+  std::cout << "crash_loop: OK\n";
+  return 0;
+}
+
+// Reads the final state of every key of an answered produce.
+void read_keys(const history& h, const config& cfg, const getter& get, run_outcome& o) {
+  std::set<std::string> wanted;
+  for (const auto& p : h.produces) wanted.insert(p.key);
+  for (const auto& k : wanted) {
+    auto r = get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) + "&group=" +
+                 std::string(k_group) + "&key=" + k);
+    if (!r || r->status != 200) {
+      o.unexpected.push_back("GET /v1/keys " + k + ": " +
+                             (r ? std::to_string(r->status) + " " + r->body : "no answer"));
+      continue;
+    }
+    o.keys[k] = r->json().at("state").get<std::string>();
+  }
+}
+
+class stopwatch {
+ public:
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+// ---- one onceqd ------------------------------------------------------------
+
+int run_single(const config& cfg) {
+  const stopwatch clock;
   server_process::options opts;
   opts.onceqd_path = cfg.onceqd;
   opts.data_dir = cfg.data_dir;
@@ -516,8 +774,8 @@ int run(const config& cfg) {
     std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
     return 3;
   }
-  shared_state s;
-  s.port = server->port();
+  shared_state s(1);
+  s.ports[0] = server->port();
   for (int t = 0; t < cfg.topics; ++t) {
     http_client c(server->port(), k_client_timeout);
     auto r = c.post("/v1/topics", {{"name", topic_name(t)},
@@ -542,21 +800,11 @@ int run(const config& cfg) {
     }
   }
 
-  std::vector<std::unique_ptr<producer>> producers;
-  std::vector<std::unique_ptr<consumer>> consumers;
-  std::vector<std::thread> producer_threads, consumer_threads;
-  for (int i = 0; i < cfg.producers; ++i) {
-    producers.push_back(std::make_unique<producer>(i, cfg, s));
-    producer_threads.emplace_back([p = producers.back().get()] { p->run(); });
-  }
-  for (int i = 0; i < cfg.consumers; ++i) {
-    consumers.push_back(std::make_unique<consumer>(i, cfg, s));
-    consumer_threads.emplace_back([c = consumers.back().get()] { c->run(); });
-  }
+  workload w(cfg, s);
 
   // Kill phase.
   std::mt19937_64 rng(cfg.seed);
-  int kills = 0;
+  run_outcome o;
   std::string setup_error;
   auto restart = [&]() -> bool {
     try {
@@ -565,26 +813,27 @@ int run(const config& cfg) {
       setup_error = std::string("onceqd did not recover: ") + e.what();
       return false;
     }
-    s.port = server->port();
+    s.ports[0] = server->port();
     return true;
   };
-  while (kills < cfg.kills && elapsed_s() < cfg.duration_limit_s) {
+  while (o.kills < cfg.kills && clock.seconds() < cfg.duration_limit_s) {
     const auto up =
         cfg.kill_min_ms +
         static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
     std::this_thread::sleep_for(std::chrono::milliseconds(up));
-    s.port = 0;
+    s.ports[0] = 0;
     server->kill9();
-    ++kills;
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 100));
+    ++o.kills;
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        rng() % static_cast<std::uint64_t>(std::max(1, cfg.down_max_ms))));
     if (cfg.rollback_at_kill > 0) {
       namespace fs = std::filesystem;
       const fs::path data = server->data_dir();
       const fs::path copy = data.string() + ".rollback";
-      if (kills == cfg.rollback_at_kill) {
+      if (o.kills == cfg.rollback_at_kill) {
         fs::remove_all(copy);
         fs::copy(data, copy, fs::copy_options::recursive);
-      } else if (kills == cfg.rollback_at_kill + 2) {
+      } else if (o.kills == cfg.rollback_at_kill + 2) {
         fs::remove_all(data);
         fs::rename(copy, data);
         std::cerr << "crash_loop: rolled " << data << " back to its copy of kill "
@@ -592,120 +841,250 @@ int run(const config& cfg) {
       }
     }
     if (!restart()) break;
-    if (kills % 25 == 0) {
-      std::cerr << "crash_loop: " << kills << " kills, " << static_cast<int>(elapsed_s()) << " s\n";
+    if (o.kills % 25 == 0) {
+      std::cerr << "crash_loop: " << o.kills << " kills, " << static_cast<int>(clock.seconds())
+                << " s\n";
     }
   }
-  const double kill_phase_s = elapsed_s();
+  o.kill_phase_s = clock.seconds();
 
   // Final phase: no more kills; producers finish, consumers ack everything
   // until the group is drained.
-  s.stop_producing = true;
-  for (auto& t : producer_threads) t.join();
-  s.final_phase = true;
-  bool drain_ok = false;
+  w.stop_producing();
   if (setup_error.empty()) {
     http_client c(server->port(), k_client_timeout);
-    const auto drain_end =
-        std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_limit_s);
-    int quiet = 0;
-    while (std::chrono::steady_clock::now() < drain_end && quiet < 3) {
-      std::this_thread::sleep_for(300ms);
-      quiet = drained(c, cfg.topics) ? quiet + 1 : 0;
-    }
-    drain_ok = quiet >= 3;
+    o.drain_ok = drain(
+        [&](const std::string& target) -> std::optional<http_response> { return c.get(target); },
+        cfg);
   }
-  s.stop_consuming = true;
-  for (auto& t : consumer_threads) t.join();
-
-  history h;
-  std::vector<std::string> unexpected;
-  std::size_t crashes = 0;
-  for (auto& p : producers) {
-    h.append(p->take());
-    for (auto& l : p->unexpected().lines) unexpected.push_back(std::move(l));
-  }
-  for (auto& c : consumers) {
-    h.append(c->take());
-    crashes += c->crashes();
-    for (auto& l : c->unexpected().lines) unexpected.push_back(std::move(l));
-  }
+  w.stop_consuming();
+  auto result = w.collect();
 
   // One more kill before reading the keys: the commits must be durable too.
-  final_key_states keys;
   if (setup_error.empty()) {
-    s.port = 0;
+    s.ports[0] = 0;
     server->kill9();
-    ++kills;
+    ++o.kills;
     if (restart()) {
-      std::set<std::string> wanted;
-      for (const auto& p : h.produces) wanted.insert(p.key);
       http_client c(server->port(), k_client_timeout);
-      for (const auto& k : wanted) {
-        auto r = c.get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) +
-                       "&group=" + std::string(k_group) + "&key=" + k);
-        if (r.status != 200) {
-          unexpected.push_back("GET /v1/keys " + k + ": " + std::to_string(r.status) + " " +
-                               r.body);
-          continue;
-        }
-        keys[k] = r.json().at("state").get<std::string>();
-      }
+      read_keys(
+          result.h, cfg,
+          [&](const std::string& target) -> std::optional<http_response> { return c.get(target); },
+          o);
     }
   }
   if (!setup_error.empty()) {
     std::cerr << "crash_loop: " << setup_error << "\n" << server->log_tail() << "\n";
     return 3;
   }
+  return report(cfg, result, o, clock.seconds());
+}
 
-  auto violations = check(h, keys);
-  for (const auto& u : unexpected) violations.push_back({"unexpected_status", u});
-  if (!drain_ok) {
-    violations.push_back({"not_drained", "group " + std::string(k_group) +
-                                             " still had backlog or inflight after " +
-                                             std::to_string(cfg.drain_limit_s) + " s"});
-  }
-  const figures f = count(h, keys);
-  const double elapsed = elapsed_s();
-  std::map<std::string, std::size_t> by_rule;
-  for (const auto& v : violations) ++by_rule[v.rule];
+// ---- a cluster ---------------------------------------------------------------
 
-  std::cout << "crash_loop: seed " << cfg.seed << ", " << cfg.topics << " topic(s)"
-            << (cfg.shards > 0 ? ", --shards " + std::to_string(cfg.shards) : std::string()) << "\n"
-            << "  kills                       " << kills << " (" << cfg.kills
-            << " asked + 1 before the final key check)\n"
-            << "  kill phase                  " << static_cast<int>(kill_phase_s) << " s\n"
-            << "  produces answered           " << f.produces_answered << " (" << f.keys_answered
-            << " keys)\n"
-            << "  produce retries deduped     " << f.produce_duplicates << "\n"
-            << "  deliveries                  " << f.deliveries << " (" << f.redeliveries
-            << " redeliveries)\n"
-            << "  consumer crashes            " << crashes << "\n"
-            << "  acks answered ok            " << f.acks_ok << "\n"
-            << "  acks fenced (409)           " << f.acks_rejected << "\n"
-            << "  acks without answer         " << f.acks_unknown << "\n"
-            << "  nacks ok                    " << f.nacks_ok << "\n"
-            << "  key duplicates suppressed   " << f.key_duplicates_suppressed << "\n"
-            << "  violations                  " << violations.size() << "\n"
-            << "  elapsed                     " << static_cast<int>(elapsed) << " s\n";
-  for (const auto& [rule, n] : by_rule) std::cout << "    " << rule << ": " << n << "\n";
-  int shown = 0;
-  for (const auto& v : violations) {
-    if (++shown > 20) break;
-    std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+// Median and maximum of a list of durations, "n/a" when empty.
+std::string spread(std::vector<millis> v) {
+  if (v.empty()) return "n/a";
+  std::sort(v.begin(), v.end());
+  return "median " + std::to_string(v[v.size() / 2]) + " ms, max " + std::to_string(v.back()) +
+         " ms";
+}
+
+int run_cluster(const config& cfg) {
+  const stopwatch clock;
+  const auto n = static_cast<std::size_t>(cfg.cluster);
+  std::unique_ptr<local_cluster> lc;
+  try {
+    local_cluster::options lo;
+    lo.members = free_loopback_members(cfg.cluster, cfg.seed);
+    lo.shards = cfg.shards;
+    lo.onceqd = cfg.onceqd;
+    lo.root = cfg.data_dir;
+    lc = std::make_unique<local_cluster>(std::move(lo));
+  } catch (const std::exception& e) {
+    std::cerr << "crash_loop: the cluster did not start: " << e.what() << "\n";
+    return 3;
   }
-  if (!violations.empty()) return 1;
-  if (kills < cfg.kills + 1) {
-    std::cout << "crash_loop: INCOMPLETE: " << kills - 1 << " of " << cfg.kills
-              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
-    return 2;
+  auto setup_failure = [&](const std::string& why) {
+    std::cerr << "crash_loop: " << why << "\n" << lc->log_tails() << "\n";
+    lc->keep_root();
+    std::cerr << "crash_loop: data and logs kept in " << lc->root() << "\n";
+    return 3;
+  };
+  if (lc->wait_for_leader("", 30s).empty()) {
+    return setup_failure("no leader for every shard within 30 s of the start");
   }
-  if (f.produces_answered == 0 || f.acks_ok == 0 || f.redeliveries == 0) {
-    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
-    return 2;
+
+  shared_state s(n);
+  s.cluster = true;
+  for (std::size_t i = 0; i < n; ++i) s.ports[i] = lc->member(i).http_port;
+
+  // The harness's own requests: any live node, retried on another after a
+  // 503 or no answer until the deadline.
+  connection harness_conn(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
+  auto ask = [&](std::string_view method, const std::string& target, const json& body,
+                 std::chrono::seconds limit) -> std::optional<http_response> {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto r = harness_conn.send(method, target, body);
+      if (r && !retryable(r->status)) return r;
+      if (std::chrono::steady_clock::now() > deadline) return r;
+      std::this_thread::sleep_for(50ms);
+    }
+  };
+  const getter get = [&](const std::string& target) { return ask("GET", target, nullptr, 30s); };
+
+  for (int t = 0; t < cfg.topics; ++t) {
+    auto r = ask("POST", "/v1/topics",
+                 {{"name", topic_name(t)},
+                  {"partitions", 4},
+                  {"lease_ms", 300},
+                  {"dedup_window_ms", 3'600'000}},
+                 30s);
+    // 200: an earlier attempt without answer had created it.
+    if (!r || (r->status != 201 && r->status != 200)) {
+      return setup_failure("create topic " + topic_name(t) + ": " +
+                           (r ? std::to_string(r->status) + " " + r->body : "no answer"));
+    }
   }
-  std::cout << "crash_loop: OK\n";
-  return 0;
+  // Each topic on its own shard while there are shards enough (as alone).
+  {
+    auto r = get("/v1/cluster");
+    auto st = r ? parse_cluster_status(*r) : std::nullopt;
+    if (!st) return setup_failure("GET /v1/cluster did not answer its JSON");
+    std::set<unsigned> used;
+    for (int t = 0; t < cfg.topics; ++t) {
+      const auto* sh = st->shard_of_topic(topic_name(t));
+      if (sh == nullptr) {
+        return setup_failure("GET /v1/cluster lists topic " + topic_name(t) + " on no shard: " +
+                             r->body);
+      }
+      if (t < std::min(cfg.shards, cfg.topics) && !used.insert(sh->shard).second) {
+        return setup_failure("topics share shard " + std::to_string(sh->shard) + ": " + r->body);
+      }
+    }
+  }
+
+  workload w(cfg, s);
+
+  // Kill phase: one node down at a time.
+  std::mt19937_64 rng(cfg.seed);
+  run_outcome o;
+  int leader_kills = 0;
+  std::vector<millis> failovers;  // leader killed -> another node names a new one
+  std::vector<millis> restarts;   // restart -> its /v1/cluster answers
+  std::string setup_error;
+  auto restart = [&](std::size_t i) -> bool {
+    const auto t = std::chrono::steady_clock::now();
+    try {
+      lc->restart(i);
+    } catch (const std::exception& e) {
+      setup_error = "node " + lc->member(i).id + " did not recover: " + e.what();
+      return false;
+    }
+    restarts.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - t)
+                           .count());
+    s.ports[i] = lc->member(i).http_port;
+    return true;
+  };
+  // Kills node i (the leader of topic's shard when leader names it); false
+  // if it did not come back.
+  auto kill_and_restart = [&](std::size_t i, const std::string& leader,
+                              const std::string& topic) -> bool {
+    const bool was_leader = lc->member(i).id == leader;
+    const auto down = std::chrono::milliseconds(
+        rng() % static_cast<std::uint64_t>(cfg.down_max_ms + 1));
+    // Half of the leader kills stay down until the others elected a
+    // leader (measured); the rest come back after `down` whatever happened.
+    const bool await_failover = was_leader && rng() % 2 == 0;
+    s.ports[i] = 0;
+    lc->kill9(i);
+    ++o.kills;
+    if (was_leader) ++leader_kills;
+    const auto killed_at = std::chrono::steady_clock::now();
+    const auto wait_until = killed_at + (await_failover ? std::chrono::milliseconds(15'000) : down);
+    while (was_leader && std::chrono::steady_clock::now() < wait_until) {
+      const std::string now_leader = lc->leader_of(topic);
+      if (!now_leader.empty() && now_leader != leader) {
+        failovers.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - killed_at)
+                                .count());
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_until(std::max(killed_at + down, std::chrono::steady_clock::now()));
+    return restart(i);
+  };
+
+  while (o.kills < cfg.kills && clock.seconds() < cfg.duration_limit_s) {
+    const auto up =
+        cfg.kill_min_ms +
+        static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(up));
+    const std::string topic = topic_name(static_cast<int>(rng() % cfg.topics));
+    const bool aim_at_leader = static_cast<int>(rng() % 100) < cfg.leader_percent;
+    const std::string leader = lc->leader_of(topic);
+    const int li = lc->index_of(leader);
+    std::size_t victim = 0;
+    if (aim_at_leader && li >= 0) {
+      victim = static_cast<std::size_t>(li);
+    } else {
+      std::vector<std::size_t> followers;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (static_cast<int>(i) != li) followers.push_back(i);
+      }
+      victim = followers[rng() % followers.size()];
+    }
+    if (!kill_and_restart(victim, leader, topic)) break;
+    if (o.kills % 5 == 0) {
+      std::cerr << "crash_loop: " << o.kills << " kills (" << leader_kills << " of a leader), "
+                << static_cast<int>(clock.seconds()) << " s\n";
+    }
+  }
+  o.kill_phase_s = clock.seconds();
+
+  w.stop_producing();
+  if (setup_error.empty()) o.drain_ok = drain(get, cfg);
+  w.stop_consuming();
+  auto result = w.collect();
+
+  // One more kill, of the leader, before reading the keys: the commits must
+  // survive it too.
+  if (setup_error.empty()) {
+    const std::string topic = topic_name(0);
+    const std::string leader = lc->leader_of(topic);
+    const int li = lc->index_of(leader);
+    if (kill_and_restart(li >= 0 ? static_cast<std::size_t>(li) : 0, leader, topic)) {
+      if (lc->wait_for_leader("", 30s).empty()) {
+        setup_error = "no leader for every shard within 30 s after the final kill";
+      } else {
+        read_keys(result.h, cfg, get, o);
+      }
+    }
+  }
+  if (!setup_error.empty()) return setup_failure(setup_error);
+
+  o.figure_lines = {
+      "nodes                       " + std::to_string(n) + " (" + lc->root() + ")",
+      "kills of a shard leader     " + std::to_string(leader_kills) + " (failover " +
+          spread(failovers) + " over " + std::to_string(failovers.size()) + " measured)",
+      "restart until ready         " + spread(restarts),
+      "answers 503 / no answer     " + std::to_string(result.unavailable) + " / " +
+          std::to_string(result.no_answer),
+      "longest produce wait        " + std::to_string(result.longest_produce_wait_ms) + " ms",
+  };
+  const int status = report(cfg, result, o, clock.seconds());
+  if (status == 1) {
+    lc->keep_root();
+    std::cout << "crash_loop: data and logs kept in " << lc->root() << "\n";
+  }
+  return status;
+}
+
+int run(const config& cfg) {
+  return cfg.cluster > 0 ? run_cluster(cfg) : run_single(cfg);
 }
 
 }  // namespace

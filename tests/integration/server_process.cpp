@@ -28,8 +28,7 @@ namespace onceq::itest {
 
 namespace {
 
-constexpr std::string_view k_ready_prefix = "onceqd listening on 127.0.0.1:";
-constexpr auto k_start_timeout = std::chrono::seconds(20);
+constexpr std::string_view k_ready_prefix = "onceqd listening on ";
 
 std::string make_temp_root() {
   std::string tmpl = "/tmp/onceq-it-XXXXXX";
@@ -46,8 +45,9 @@ server_process::server_process() : server_process(options{}) {}
 server_process::server_process(options opts) : opts_(std::move(opts)) {
   root_ = make_temp_root();
   data_dir_ = opts_.data_dir.empty() ? root_ + "/data" : opts_.data_dir;
-  log_path_ = root_ + "/server.log";
+  log_path_ = opts_.log_path.empty() ? root_ + "/server.log" : opts_.log_path;
   std::filesystem::create_directories(data_dir_);
+  if (opts_.defer_start) return;
   try {
     start();
   } catch (...) {
@@ -71,12 +71,21 @@ server_process::~server_process() {
 }
 
 void server_process::start() {
-  if (running()) throw std::logic_error("server_process::start: already running");
+  spawn();
+  await_ready();
+}
+
+void server_process::spawn() {
+  if (running()) throw std::logic_error("server_process::spawn: already running");
   stop_reader();
 
   const std::string binary = opts_.onceqd_path.empty() ? ONCEQD_PATH : opts_.onceqd_path;
-  std::vector<std::string> args = {binary,    "--listen", "127.0.0.1:0", "--data-dir",
-                                   data_dir_, "--fsync",  opts_.fsync};
+  std::vector<std::string> args = opts_.command_prefix;
+  args.push_back(binary);
+  args.insert(args.end(), opts_.listen_args.begin(), opts_.listen_args.end());
+  for (const char* a : {"--data-dir", data_dir_.c_str(), "--fsync", opts_.fsync.c_str()}) {
+    args.emplace_back(a);
+  }
   args.insert(args.end(), opts_.extra_args.begin(), opts_.extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -137,7 +146,12 @@ void server_process::start() {
     }
   });
 
-  const auto deadline = std::chrono::steady_clock::now() + k_start_timeout;
+  spawned_at_ = std::chrono::steady_clock::now();
+}
+
+void server_process::await_ready() {
+  if (!running()) throw std::logic_error("server_process::await_ready: not running");
+  const auto deadline = spawned_at_ + opts_.start_timeout;
   std::string line;
   {
     std::unique_lock lock(mu_);
@@ -161,11 +175,24 @@ void server_process::start() {
     throw std::runtime_error("onceqd did not print its listening line; stdout: '" + out_copy +
                              "'; stderr tail:\n" + log_tail());
   }
-  port_ = static_cast<std::uint16_t>(std::stoi(line.substr(k_ready_prefix.size())));
+  // "HOST:PORT", HOST possibly "[v6]".
+  const std::string address = line.substr(k_ready_prefix.size());
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    kill9();
+    throw std::runtime_error("onceqd printed no port: '" + line + "'");
+  }
+  host_ = address.substr(0, colon);
+  if (host_.size() >= 2 && host_.front() == '[') host_ = host_.substr(1, host_.size() - 2);
+  port_ = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
 
-  // Wait for /v1/healthz to answer 200.
+  // Wait for /v1/healthz to answer 200 (or the caller's probe).
   for (;;) {
     try {
+      if (opts_.ready_probe) {
+        if (opts_.ready_probe(host_, port_)) return;
+        throw std::runtime_error("not ready");
+      }
       // (Not a ?: of two prvalues: GCC 12 mis-destroys those.)
       std::optional<http_client> client;
       if (opts_.tls) {
@@ -184,7 +211,8 @@ void server_process::start() {
     }
     if (std::chrono::steady_clock::now() > deadline) {
       kill9();
-      throw std::runtime_error("onceqd did not answer /v1/healthz in time");
+      throw std::runtime_error(opts_.ready_probe ? "onceqd's ready probe did not pass in time"
+                                                 : "onceqd did not answer /v1/healthz in time");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

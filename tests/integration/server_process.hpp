@@ -6,6 +6,12 @@
 // destructor kills a still-running server and removes the directory, also
 // when the test failed (and then prints the tail of the server's stderr).
 //
+// A cluster node is the same with other options: listen_args empty and
+// "--cluster FILE --node-id ID" in extra_args, a ready_probe asking
+// /v1/cluster instead of /v1/healthz, and (for a node in a network
+// namespace) a command_prefix "ip netns exec NS": ip execs onceqd in place,
+// so pid() is still onceqd's own.
+//
 // Thread safety: none; drive it from the test's main thread (the child is
 // tied to the forking thread with PR_SET_PDEATHSIG).
 
@@ -14,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,10 +39,29 @@ class server_process {
     // fresh one inside the temp root (removed with it).
     std::string data_dir;
     bool tls = false;  // extra_args make it serve HTTPS: check readiness over TLS
+    // What tells onceqd where to listen; empty for a cluster node (its
+    // cluster file says). Default: {"--listen", "127.0.0.1:0"}.
+    std::vector<std::string> listen_args = {"--listen", "127.0.0.1:0"};
+    // Run before the server binary (argv[0] an absolute path), e.g.
+    // {"/usr/sbin/ip", "netns", "exec", "oq123n1"}. Default: none.
+    std::vector<std::string> command_prefix;
+    // Whether the server at host:port (from its listening line) is ready;
+    // called every 20 ms until it says so or start() times out. Default
+    // (empty): GET /v1/healthz answers 200 on 127.0.0.1:port.
+    std::function<bool(const std::string& host, std::uint16_t port)> ready_probe;
+    // How long start() waits for the listening line and the probe.
+    std::chrono::milliseconds start_timeout = std::chrono::seconds(20);
+    // The constructor only prepares the directories; the caller starts the
+    // server (start(), or spawn() then await_ready()). Default: false.
+    bool defer_start = false;
+    // Where the server's stderr goes (appended, kept afterwards); "" = a
+    // file inside the temp root (removed with it).
+    std::string log_path;
   };
 
-  // Creates the temp directory and starts the server; throws
-  // std::runtime_error if it does not become healthy in time.
+  // Creates the temp directory and starts the server (unless
+  // options::defer_start); throws std::runtime_error if it does not become
+  // healthy in time.
   server_process();
   explicit server_process(options opts);
   ~server_process();
@@ -44,6 +70,13 @@ class server_process {
 
   // Starts (again) on the same data directory. Requires !running().
   void start();
+  // start() in two halves, so that several servers that need each other to
+  // become ready (the nodes of a cluster) can be started together from one
+  // thread: spawn() forks and execs; await_ready() waits for the listening
+  // line and the probe (options::start_timeout from spawn()), and on
+  // failure kills the server and throws std::runtime_error.
+  void spawn();
+  void await_ready();
   // SIGTERM, then waits up to timeout for the exit. Returns the exit code,
   // or -signal if it died of a signal, or -1000 if it had to be SIGKILLed
   // after the timeout.
@@ -56,6 +89,8 @@ class server_process {
   bool alive();
   pid_t pid() const { return pid_; }
   std::uint16_t port() const { return port_; }
+  // The host of its listening line ("127.0.0.1", "10.1.2.3", "::1").
+  const std::string& host() const { return host_; }
   const std::string& data_dir() const { return data_dir_; }
   // The last max_bytes of the server's stderr (all starts).
   std::string log_tail(std::size_t max_bytes = 4000) const;
@@ -69,7 +104,9 @@ class server_process {
   std::string data_dir_;  // root_/data
   std::string log_path_;  // root_/server.log
   pid_t pid_ = -1;
+  std::chrono::steady_clock::time_point spawned_at_;
   std::uint16_t port_ = 0;
+  std::string host_;
 
   int stdout_fd_ = -1;
   std::thread reader_;

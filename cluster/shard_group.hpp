@@ -1,0 +1,62 @@
+#pragma once
+
+// shard_group: one shard's Raft group as the shard's log (shard/shard_log.hpp).
+// Proposals go to raft_node as encoded entries (broker/log_entry.hpp); the
+// replica applies them on the raft thread and keeps the typed result, which
+// the proposal's callback takes right after (replica::take_reply). Reads run
+// on the raft thread through raft_node::read. raft_node's outcomes become
+// the shard's errors: not_leader is errc::unavailable with error::leader
+// (nothing was done; the request may go to the leader), every other failure
+// errc::unavailable with no leader.
+//
+// Thread safety: as shard_log. attach() before the first proposal; until
+// then proposals and reads answer errc::unavailable.
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cluster/raft_node.hpp"
+#include "cluster/replica.hpp"
+#include "shard/shard_log.hpp"
+
+namespace onceq::cluster {
+
+class shard_group final : public shard_log {
+ public:
+  // group: the shard's id and its Raft group's; r: its replica; config:
+  // the cluster (both outlive this).
+  shard_group(unsigned group, replica& r, const cluster_config& config);
+
+  // The node that runs the group, once started (outlives this).
+  void attach(raft_node& node) { node_.store(&node, std::memory_order_release); }
+
+  void propose(log_entry e, reply_fn done) override;
+  void read(bool fresh, std::function<void(broker&)> fn, std::function<void(error)> fail) override;
+  bool leads() const override;
+  millis next_deadline() const override { return replica_.next_deadline(); }
+  void on_applied(std::function<void(log_tag, std::string_view)> fn) override;
+
+  // The shard's topics as of the last create, delete or snapshot applied
+  // here (GET /v1/cluster). Any thread.
+  std::vector<std::string> topics() const;
+
+  // The error a shard answers for a raft_node outcome that is not ok.
+  error error_of(const op_result& r) const;
+
+ private:
+  raft_node* node() const { return node_.load(std::memory_order_acquire); }
+
+  unsigned group_;
+  replica& replica_;
+  const cluster_config& config_;
+  std::string self_;
+  std::atomic<raft_node*> node_{nullptr};
+
+  mutable std::mutex topics_mu_;
+  std::vector<std::string> topics_;  // topics_mu_
+  std::uint64_t restores_seen_ = 0;  // raft thread
+};
+
+}  // namespace onceq::cluster

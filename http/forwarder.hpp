@@ -1,0 +1,50 @@
+#pragma once
+
+// forwarder: sends a request that another node of the cluster must answer
+// (the leader of the request's shard) there, and hands back its answer to
+// relay (docs/API.md, "Clusters"). One hop: the request carries
+// X-Onceq-Forwarded (this node's id), and a node that receives a forwarded
+// request it cannot answer itself answers 503 instead of forwarding again.
+//
+// Connections to each node are kept alive and reused, one pool per thread
+// (each loop keeps its own, so a pool is never shared); a connection idle
+// longer than k_pool_idle is closed rather than reused, well before the
+// peer's idle timeout would close it under a request. A request is sent
+// once: a failure (connect, write, read, timeout) answers 503 UNAVAILABLE
+// with Retry-After, never a second send whose first may have been applied.
+//
+// Thread safety: forward() may be called from any thread; done runs on ex.
+
+#include <functional>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "http/cluster_view.hpp"
+#include "http/message.hpp"
+#include "storage/base/clock.hpp"
+#include "storage/base/result.hpp"
+
+namespace onceq::http {
+
+inline constexpr std::string_view k_node_header = "X-Onceq-Node";
+inline constexpr std::string_view k_forwarded_header = "X-Onceq-Forwarded";
+
+class forwarder {
+ public:
+  // cluster outlives the forwarder. timeout_ms: the longest exchange (a
+  // long-poll consume waits up to k_max_wait_ms there).
+  forwarder(const cluster_view& cluster, millis timeout_ms);
+
+  // Sends req to node's API and calls done(its response) on ex, or
+  // done(errc::unavailable) when the node cannot be reached or did not
+  // answer in time. req must stay alive until done runs.
+  void forward(const request& req, std::string node, boost::asio::any_io_executor ex,
+               std::function<void(result<response>)> done);
+
+ private:
+  const cluster_view& cluster_;
+  millis timeout_ms_;
+};
+
+}  // namespace onceq::http

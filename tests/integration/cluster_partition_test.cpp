@@ -1,0 +1,353 @@
+// A 3-node cluster (onceqd --cluster) in three network namespaces bridged
+// to the test; the leader of the topic's shard is cut off from the other
+// two nodes (blackhole routes both ways), not from the test. While cut
+// off, writes sent to it get no 2xx; the other two elect a leader within
+// seconds (measured) and take writes, applied by that leader; keys are
+// committed there. After healing, every write answered 2xx (before, during,
+// after) is consumed exactly once, the keys committed during the cut are
+// committed once with their result, and later duplicates of those keys are
+// auto-acked. Needs root and iproute2 (skipped otherwise).
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster_api.hpp"
+#include "cluster_netns.hpp"
+#include "cluster_support.hpp"
+
+namespace onceq::itest {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr std::string_view k_topic = "part";
+constexpr std::string_view k_group = "g";
+
+long long ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               t)
+      .count();
+}
+
+class cluster_partition : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::signal(SIGPIPE, SIG_IGN);
+    const std::string why = netns_lab::unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    lab_ = std::make_unique<netns_lab>(3);
+    local_cluster::options o;
+    for (int i = 0; i < lab_->size(); ++i) {
+      // Each node has its own namespace, hence its own ports.
+      o.members.push_back({"n" + std::to_string(i + 1), lab_->address(i), 8080, 7000});
+      o.command_prefixes.push_back(lab_->exec_prefix(i));
+    }
+    o.shards = 1;
+    cluster_ = std::make_unique<local_cluster>(std::move(o));
+    api_ = std::make_unique<cluster_api>(members(), 3s, 7);
+  }
+
+  void TearDown() override {
+    if (HasFailure() && cluster_) std::cerr << cluster_->log_tails() << "\n";
+    api_.reset();
+    cluster_.reset();  // the nodes die before their namespaces go
+    lab_.reset();
+  }
+
+  std::vector<cluster_member> members() const {
+    std::vector<cluster_member> out;
+    for (std::size_t i = 0; i < cluster_->size(); ++i) out.push_back(cluster_->member(i));
+    return out;
+  }
+
+  // The leader of the topic's shard as every node of `nodes` reports it
+  // (the same, and one of them), or "" while they disagree or know none.
+  std::string agreed_leader(const std::vector<int>& nodes) {
+    std::string leader;
+    for (int i : nodes) {
+      auto s = cluster_->status(static_cast<std::size_t>(i), 1s);
+      const auto* sh = s ? s->shard_of_topic(k_topic) : nullptr;
+      if (sh == nullptr || sh->leader.empty()) return {};
+      if (!leader.empty() && sh->leader != leader) return {};
+      leader = sh->leader;
+    }
+    for (int i : nodes) {
+      if (cluster_->member(static_cast<std::size_t>(i)).id == leader) return leader;
+    }
+    return {};
+  }
+
+  // Consumes through `nodes` and acks each message (committing its key
+  // with {"by": by, "id": value}), until `want` messages or `limit`, or
+  // until drained (the group's backlog and inflight 0, three times in a
+  // row) when want is 0. Counts deliveries per value in delivered_.
+  std::vector<json> consume_and_ack(const std::vector<int>& nodes, const std::string& owner,
+                                    const std::string& by, std::size_t want,
+                                    std::chrono::seconds limit) {
+    std::vector<json> acked;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int quiet = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (want > 0 && acked.size() >= want) break;
+      auto r = api_->send_retry(nodes, "POST", "/v1/consume",
+                                {{"topic", k_topic},
+                                 {"group", k_group},
+                                 {"owner", owner},
+                                 {"max_messages", 10},
+                                 {"wait_ms", 200},
+                                 {"lease_ms", 10000}},
+                                {}, 5s);
+      if (!r) continue;
+      EXPECT_EQ(r->status, 200u) << r->body;
+      if (r->status != 200) continue;
+      const auto msgs = r->ndjson();
+      for (const auto& m : msgs) {
+        const std::string value = m.at("value").get<std::string>();
+        ++delivered_[value];
+        const json result = {{"by", by}, {"id", value}};
+        auto a = api_->send_retry(nodes, "POST", "/v1/ack",
+                                  cluster_api::ack_body(k_topic, k_group, owner, m, result), {},
+                                  10s);
+        EXPECT_TRUE(a.has_value()) << "ack of " << value << ": no answer";
+        if (!a) continue;
+        EXPECT_EQ(a->status, 204u) << "ack of " << value << ": " << a->body;
+        if (a->status == 204) acked.push_back(m);
+      }
+      if (want == 0) {
+        auto t = api_->send_retry(nodes, "GET", "/v1/topics/" + std::string(k_topic), nullptr, {},
+                                  5s);
+        bool empty = false;
+        if (t && t->status == 200) {
+          const auto j = t->json();
+          if (j.at("groups").contains(k_group)) {
+            const auto& g = j.at("groups").at(k_group);
+            empty = g.at("backlog") == 0 && g.at("inflight") == 0;
+          }
+        }
+        quiet = empty && msgs.empty() ? quiet + 1 : 0;
+        if (quiet >= 3) break;
+      }
+    }
+    return acked;
+  }
+
+  std::unique_ptr<netns_lab> lab_;
+  std::unique_ptr<local_cluster> cluster_;
+  std::unique_ptr<cluster_api> api_;
+  std::map<std::string, int> delivered_;  // value (= dedup id) -> deliveries
+};
+
+TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_nothing_is_lost) {
+  ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
+  auto created = api_->send_retry(api_->all(), "POST", "/v1/topics",
+                                  {{"name", k_topic},
+                                   {"partitions", 2},
+                                   {"lease_ms", 10000},
+                                   {"dedup_window_ms", 3'600'000}},
+                                  {}, 30s);
+  ASSERT_TRUE(created.has_value());
+  ASSERT_TRUE(created->status == 201 || created->status == 200) << created->body;
+  // The group exists before anything is acked (an acked message may go).
+  ASSERT_EQ(api_->send_retry(api_->all(), "POST", "/v1/consume",
+                             {{"topic", k_topic}, {"group", k_group}, {"owner", "init"},
+                              {"max_messages", 1}, {"wait_ms", 0}})
+                ->status,
+            200u);
+
+  const std::string old_leader = cluster_->wait_for_leader(k_topic, 20s);
+  ASSERT_FALSE(old_leader.empty());
+  const int L = cluster_->index_of(old_leader);
+  const std::vector<int> majority = api_->all_but(L);
+
+  std::map<std::string, std::string> answered;  // dedup id -> key, every 2xx produce
+  auto produce = [&](const std::vector<int>& nodes, const std::string& id,
+                     const std::string& key) -> std::optional<http_response> {
+    auto r = api_->send_retry(nodes, "POST", "/v1/produce",
+                              cluster_api::produce_body(k_topic, id, key),
+                              cluster_api::produce_headers(id), 15s);
+    if (r && r->status == 200) answered[id] = key;
+    return r;
+  };
+
+  // Before.
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "before-" + std::to_string(i);
+    auto r = produce(api_->all(), id, "k-" + id);
+    ASSERT_TRUE(r && r->status == 200) << id << ": " << (r ? r->body : "no answer");
+  }
+
+  // Cut the leader off from the other two.
+  const auto cut_at = std::chrono::steady_clock::now();
+  lab_->isolate(L);
+  std::cout << "partition: " << old_leader << " (" << lab_->address(L) << ") cut off from "
+            << "the others\n";
+
+  // Writes to the old leader, from their own thread: none may be 2xx.
+  std::atomic<bool> stop_isolated{false};
+  std::mutex isolated_mu;
+  std::vector<std::string> isolated_answers;  // "503", "timeout", ...
+  std::set<std::string> isolated_2xx;
+  std::thread isolated([&] {
+    cluster_api own(members(), 3s, 11);
+    for (int i = 0; !stop_isolated.load() || i < 3; ++i) {
+      const std::string id = "isolated-" + std::to_string(i);
+      auto r = own.send(L, "POST", "/v1/produce", cluster_api::produce_body(k_topic, id, "k-" + id),
+                        cluster_api::produce_headers(id));
+      std::lock_guard lock(isolated_mu);
+      isolated_answers.push_back(r ? std::to_string(r->status) : std::string("timeout"));
+      if (r && r->status / 100 == 2) isolated_2xx.insert(id + ": " + r->body);
+      if (r) std::this_thread::sleep_for(200ms);
+    }
+  });
+  struct joiner {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~joiner() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join_isolated{stop_isolated, isolated};
+
+  // The majority elects a leader of its own.
+  std::string new_leader;
+  while (ms_since(cut_at) < 20'000) {
+    const std::string l = agreed_leader(majority);
+    if (!l.empty() && l != old_leader) {
+      new_leader = l;
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  const long long election_ms = ms_since(cut_at);
+  ASSERT_FALSE(new_leader.empty()) << "the majority elected no leader within 20 s of the cut";
+  std::cout << "partition: " << new_leader << " leads the majority " << election_ms
+            << " ms after the cut\n";
+  RecordProperty("election_ms", std::to_string(election_ms));
+  EXPECT_LT(election_ms, 10'000) << "the majority took over 10 s to elect a leader";
+
+  // The majority takes writes, applied by its leader.
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "during-" + std::to_string(i);
+    const std::vector<int> target = {majority[static_cast<std::size_t>(i) % majority.size()]};
+    auto r = produce(target, id, "k-" + id);
+    ASSERT_TRUE(r.has_value()) << id << ": no answer from the majority";
+    EXPECT_EQ(r->status, 200u) << id << ": " << r->body;
+    EXPECT_EQ(r->header("X-Onceq-Node"), new_leader) << id;
+  }
+  const long long first_write_ms = ms_since(cut_at);
+
+  // Keys committed while the old leader is cut off.
+  const auto committed_during = consume_and_ack(majority, "w-during", "during", 15, 20s);
+  EXPECT_GE(committed_during.size(), 15u);
+
+  stop_isolated = true;
+  isolated.join();
+  {
+    std::lock_guard lock(isolated_mu);
+    std::string list;
+    for (const auto& a : isolated_answers) list += " " + a;
+    std::cout << "partition: writes to the cut-off " << old_leader << " answered:" << list << "\n";
+    EXPECT_TRUE(isolated_2xx.empty()) << "the cut-off old leader answered 2xx: "
+                                      << *isolated_2xx.begin();
+  }
+  auto old_view = cluster_->status(static_cast<std::size_t>(L), 2s);
+  if (old_view && old_view->shard_of_topic(k_topic) != nullptr) {
+    std::cout << "partition: " << old_leader << " itself says the leader is '"
+              << old_view->shard_of_topic(k_topic)->leader << "'\n";
+  }
+
+  // Heal; the old leader rejoins.
+  const auto healed_at = std::chrono::steady_clock::now();
+  lab_->heal();
+  std::string rejoined;
+  while (ms_since(healed_at) < 30'000) {
+    rejoined = agreed_leader(api_->all());
+    if (!rejoined.empty()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(rejoined.empty()) << "the three nodes did not agree on a leader 30 s after healing";
+  std::cout << "partition: healed; all three follow " << rejoined << " after "
+            << ms_since(healed_at) << " ms\n";
+
+  // After.
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "after-" + std::to_string(i);
+    auto r = produce(api_->all(), id, "k-" + id);
+    ASSERT_TRUE(r && r->status == 200) << id << ": " << (r ? r->body : "no answer");
+  }
+  // Duplicates of the keys committed during the cut: auto-acked, never
+  // delivered.
+  std::set<std::string> duplicates;
+  for (const auto& m : committed_during) {
+    const std::string key = m.at("envelope").at("idempotency_key").get<std::string>();
+    const std::string id = "dup-of-" + key;
+    auto r = api_->send_retry(api_->all(), "POST", "/v1/produce",
+                              cluster_api::produce_body(k_topic, id, key),
+                              cluster_api::produce_headers(id), 15s);
+    ASSERT_TRUE(r.has_value()) << id;
+    ASSERT_EQ(r->status, 200u) << id << ": " << r->body;
+    duplicates.insert(id);
+  }
+
+  // Drain through every node.
+  consume_and_ack(api_->all(), "w-after", "after", 0, 60s);
+
+  // Every answered write consumed exactly once; duplicates never; nothing
+  // more than once.
+  for (const auto& [id, key] : answered) {
+    EXPECT_EQ(delivered_[id], 1) << id << " (answered 2xx) delivered " << delivered_[id]
+                                 << " times";
+  }
+  for (const auto& id : duplicates) {
+    EXPECT_EQ(delivered_[id], 0) << id << " (a duplicate of a committed key) was delivered";
+  }
+  for (const auto& [id, n] : delivered_) EXPECT_LE(n, 1) << id << " delivered " << n << " times";
+
+  // The keys committed during the cut: committed once, with their result,
+  // the same from every node.
+  for (const auto& m : committed_during) {
+    const std::string key = m.at("envelope").at("idempotency_key").get<std::string>();
+    for (int i : api_->all()) {
+      auto r = api_->send_retry({i}, "GET",
+                                "/v1/keys?topic=" + std::string(k_topic) +
+                                    "&group=" + std::string(k_group) + "&key=" + key,
+                                nullptr, {}, 10s);
+      ASSERT_TRUE(r.has_value()) << key;
+      ASSERT_EQ(r->status, 200u) << key << ": " << r->body;
+      const auto j = r->json();
+      EXPECT_EQ(j.at("state"), "committed") << key << " from node " << i << ": " << r->body;
+      EXPECT_EQ(j.value("result", json()), json({{"by", "during"}, {"id", m.at("value")}}))
+          << key << " from node " << i << ": " << r->body;
+      EXPECT_EQ(j.value("offset", json()), m.at("offset")) << key << ": " << r->body;
+      EXPECT_EQ(j.value("partition", json()), m.at("partition")) << key << ": " << r->body;
+    }
+  }
+  auto t = api_->send_retry(api_->all(), "GET", "/v1/topics/" + std::string(k_topic));
+  ASSERT_TRUE(t && t->status == 200);
+  const auto g = t->json().at("groups").at(k_group);
+  EXPECT_GE(g.at("auto_acked").get<std::uint64_t>(), duplicates.size()) << g.dump();
+  EXPECT_EQ(g.at("backlog"), 0) << g.dump();
+  EXPECT_EQ(g.at("inflight"), 0) << g.dump();
+
+  std::cout << "partition: " << answered.size() << " writes answered 2xx, "
+            << committed_during.size() << " keys committed during the cut, "
+            << duplicates.size() << " duplicates auto-acked; election " << election_ms
+            << " ms, first majority write done " << first_write_ms << " ms after the cut\n";
+}
+
+}  // namespace
+}  // namespace onceq::itest
