@@ -104,8 +104,8 @@ asio::awaitable<result<response>> exchange(const request& out, node_address to, 
 forwarder::forwarder(const cluster_view& cluster, millis timeout_ms)
     : cluster_(cluster), timeout_ms_(timeout_ms) {}
 
-void forwarder::forward(const request& req, std::string node, asio::any_io_executor ex,
-                        std::function<void(result<response>)> done) {
+void forwarder::forward(const request& req, std::string_view request_id, std::string node,
+                        asio::any_io_executor ex, std::function<void(result<response>)> done) {
   auto to = cluster_.http_of(node);
   if (!to) {
     return done(
@@ -113,6 +113,7 @@ void forwarder::forward(const request& req, std::string node, asio::any_io_execu
   }
   auto out = std::make_shared<request>(req);
   out->set(k_forwarded_header, cluster_.self());
+  out->set(k_request_id_header, request_id);
   out->keep_alive(true);
   out->prepare_payload();
   auto shared_done = std::make_shared<std::function<void(result<response>)>>(std::move(done));

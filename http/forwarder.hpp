@@ -36,11 +36,12 @@ class forwarder {
   // long-poll consume waits up to k_max_wait_ms there).
   forwarder(const cluster_view& cluster, millis timeout_ms);
 
-  // Sends req to node's API and calls done(its response) on ex, or
+  // Sends req (with request_id as its X-Request-Id, so that both nodes log
+  // one id) to node's API and calls done(its response) on ex, or
   // done(errc::unavailable) when the node cannot be reached or did not
-  // answer in time. req must stay alive until done runs.
-  void forward(const request& req, std::string node, boost::asio::any_io_executor ex,
-               std::function<void(result<response>)> done);
+  // answer in time.
+  void forward(const request& req, std::string_view request_id, std::string node,
+               boost::asio::any_io_executor ex, std::function<void(result<response>)> done);
 
  private:
   const cluster_view& cluster_;

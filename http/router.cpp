@@ -206,7 +206,8 @@ reply router::error_reply(const error& e, const call& c, std::string_view allow)
 void router::forward(pending_ptr p, std::string node) {
   const request& req = p->req;
   auto ex = p->ex;
-  forwarder_->forward(req, std::move(node), ex, [this, p = std::move(p)](result<response> r) {
+  const std::string& id = p->c.request_id;
+  forwarder_->forward(req, id, std::move(node), ex, [this, p = std::move(p)](result<response> r) {
     reply out;
     if (r.ok()) {
       out.res = std::move(*r);

@@ -3,6 +3,9 @@
 # check the client-side history (see docs/RELIABILITY.md).
 #   scripts/crash-loop.sh [KILLS] [SEED] [extra crash_loop flags...]
 #   e.g. scripts/crash-loop.sh 500 42
+#        scripts/crash-loop.sh 200 42 --cluster 3    (a 3-node cluster: kill -9
+#        one node at a time, the shard leader 60% of the time; --leader-percent,
+#        --down-max-ms; the nodes' logs are DATA/<id>.log)
 # Builds crash_loop and onceqd first (scripts/build.sh) unless NO_BUILD=1.
 # The data directory is a fresh one under /tmp, removed when the run passes
 # and kept (its path printed) when it fails.

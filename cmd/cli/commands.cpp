@@ -436,4 +436,31 @@ void stats(api_client& c, const std::string& topic, std::ostream& out) {
   table.print(out);
 }
 
+void cluster_status(api_client& c, std::ostream& out) {
+  const json st = c.call("GET", "/v1/cluster");
+  out << "node " << st.value("node", "") << "\n\n";
+  text_table nodes({"NODE", "HTTP", "RAFT", "REACHABLE"});
+  for (const auto& n : st.value("nodes", json::array())) {
+    nodes.add({n.value("id", ""), n.value("http", ""), n.value("raft", ""),
+               n.value("reachable", false) ? "yes" : "no"});
+  }
+  nodes.print(out);
+  out << "\n";
+  text_table shards({"SHARD", "LEADER", "TERM", "COMMIT", "APPLIED", "TOPICS", "FAILURE"});
+  for (const auto& s : st.value("shards", json::array())) {
+    std::string topics;
+    for (const auto& t : s.value("topics", json::array())) {
+      if (!topics.empty()) topics += ",";
+      topics += t.get<std::string>();
+    }
+    const std::string leader = s.value("leader", "");
+    shards.add({std::to_string(s.value("shard", 0)), leader.empty() ? "(none)" : leader,
+                std::to_string(s.value("term", std::uint64_t{0})),
+                std::to_string(s.value("commit_index", std::uint64_t{0})),
+                std::to_string(s.value("applied_index", std::uint64_t{0})),
+                topics.empty() ? "-" : topics, s.value("failure", "-")});
+  }
+  shards.print(out);
+}
+
 }  // namespace onceq::cli

@@ -121,4 +121,8 @@ std::int64_t epoch_ms_of(const std::string& text, const char* flag);
 // One topic, or every topic when topic is empty.
 void stats(api_client& c, const std::string& topic, std::ostream& out);
 
+// GET /v1/cluster as two tables: the nodes, then the shards with their
+// leader, term, commit and applied index and topics.
+void cluster_status(api_client& c, std::ostream& out);
+
 }  // namespace onceq::cli

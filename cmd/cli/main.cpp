@@ -245,6 +245,13 @@ int main(int argc, char** argv) {
     run = [&](api_client& c) { replay(c, rep, std::cout); };
   });
 
+  // cluster
+  auto* cluster_cmd = app.add_subcommand("cluster", "a cluster's nodes and shards");
+  cluster_cmd->require_subcommand(1);
+  auto* c_status = cluster_cmd->add_subcommand(
+      "status", "the nodes and, per shard, its leader, term and indexes (a table)");
+  c_status->callback([&] { run = [&](api_client& c) { cluster_status(c, std::cout); }; });
+
   // stats
   std::string stats_topic;
   auto* stats_cmd = app.add_subcommand("stats", "per-group counters of one topic or all, a table");

@@ -64,9 +64,9 @@ std::optional<http_response> cluster_api::send_retry(const std::vector<int>& nod
 }
 
 std::map<std::string, int> cluster_api::drain(const std::vector<int>& nodes, std::string_view topic,
-                                             std::string_view group,
-                                             std::chrono::milliseconds limit,
-                                             std::vector<std::string>& errors) {
+                                              std::string_view group,
+                                              std::chrono::milliseconds limit,
+                                              std::vector<std::string>& errors) {
   std::map<std::string, int> delivered;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   const std::string owner = "drainer";

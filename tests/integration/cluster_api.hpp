@@ -41,11 +41,10 @@ class cluster_api {
   // Attempts at random nodes of `nodes` until an answer other than 503/429
   // or the deadline (then the last answer, or nullopt). `last_node` names
   // the node that gave the returned answer.
-  std::optional<http_response> send_retry(const std::vector<int>& nodes, std::string_view method,
-                                          std::string_view target,
-                                          const nlohmann::json& body = nullptr,
-                                          const header_list& headers = {},
-                                          std::chrono::milliseconds limit = std::chrono::seconds(20));
+  std::optional<http_response> send_retry(
+      const std::vector<int>& nodes, std::string_view method, std::string_view target,
+      const nlohmann::json& body = nullptr, const header_list& headers = {},
+      std::chrono::milliseconds limit = std::chrono::seconds(20));
   int last_node() const { return last_node_; }
 
   // Consumes through `nodes` (lease 10 s) and acks every message, until

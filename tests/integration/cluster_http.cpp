@@ -74,15 +74,16 @@ http_response host_client::request(std::string_view method, std::string_view tar
   }
   if (!body.empty() || verb == http::verb::post || verb == http::verb::put) req.prepare_payload();
 
-  const std::string what = std::string(method) + " http://" + host_ + ":" +
-                           std::to_string(port_) + std::string(target);
+  const std::string what =
+      std::string(method) + " http://" + host_ + ":" + std::to_string(port_) + std::string(target);
   for (int attempt = 0;; ++attempt) {
     const bool reused = impl_->stream.has_value();
     if (!reused) {
       impl_->stream.emplace(impl_->ioc);
       impl_->stream->expires_after(timeout_);
       const tcp::endpoint ep(net::ip::make_address(host_), port_);
-      auto ec = run_one(impl_->ioc, [&](auto h) { impl_->stream->async_connect(ep, std::move(h)); });
+      auto ec =
+          run_one(impl_->ioc, [&](auto h) { impl_->stream->async_connect(ep, std::move(h)); });
       if (ec) {
         close();
         throw std::system_error(ec, "connect " + what);
@@ -96,9 +97,8 @@ http_response host_client::request(std::string_view method, std::string_view tar
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     s.expires_after(timeout_);
-    auto read_ec = run_one(impl_->ioc, [&](auto h) {
-      http::async_read(s, impl_->buffer, parser, std::move(h));
-    });
+    auto read_ec = run_one(
+        impl_->ioc, [&](auto h) { http::async_read(s, impl_->buffer, parser, std::move(h)); });
     if (read_ec) {
       const bool nothing_received = !parser.got_some();
       close();

@@ -38,8 +38,7 @@ constexpr std::string_view k_topic = "part";
 constexpr std::string_view k_group = "g";
 
 long long ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                               t)
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
       .count();
 }
 
@@ -62,7 +61,10 @@ class cluster_partition : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (HasFailure() && cluster_) std::cerr << cluster_->log_tails() << "\n";
+    if (HasFailure() && cluster_) {
+      std::cerr << cluster_->log_tails() << "\n";
+      cluster_->keep_root();  // the nodes' full logs and data
+    }
     api_.reset();
     cluster_.reset();  // the nodes die before their namespaces go
     lab_.reset();
@@ -119,17 +121,17 @@ class cluster_partition : public ::testing::Test {
         const std::string value = m.at("value").get<std::string>();
         ++delivered_[value];
         const json result = {{"by", by}, {"id", value}};
-        auto a = api_->send_retry(nodes, "POST", "/v1/ack",
-                                  cluster_api::ack_body(k_topic, k_group, owner, m, result), {},
-                                  10s);
+        auto a =
+            api_->send_retry(nodes, "POST", "/v1/ack",
+                             cluster_api::ack_body(k_topic, k_group, owner, m, result), {}, 10s);
         EXPECT_TRUE(a.has_value()) << "ack of " << value << ": no answer";
         if (!a) continue;
         EXPECT_EQ(a->status, 204u) << "ack of " << value << ": " << a->body;
         if (a->status == 204) acked.push_back(m);
       }
       if (want == 0) {
-        auto t = api_->send_retry(nodes, "GET", "/v1/topics/" + std::string(k_topic), nullptr, {},
-                                  5s);
+        auto t =
+            api_->send_retry(nodes, "GET", "/v1/topics/" + std::string(k_topic), nullptr, {}, 5s);
         bool empty = false;
         if (t && t->status == 200) {
           const auto j = t->json();
@@ -153,18 +155,19 @@ class cluster_partition : public ::testing::Test {
 
 TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_nothing_is_lost) {
   ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
-  auto created = api_->send_retry(api_->all(), "POST", "/v1/topics",
-                                  {{"name", k_topic},
-                                   {"partitions", 2},
-                                   {"lease_ms", 10000},
-                                   {"dedup_window_ms", 3'600'000}},
-                                  {}, 30s);
+  auto created = api_->send_retry(
+      api_->all(), "POST", "/v1/topics",
+      {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}, {"dedup_window_ms", 3'600'000}},
+      {}, 30s);
   ASSERT_TRUE(created.has_value());
   ASSERT_TRUE(created->status == 201 || created->status == 200) << created->body;
   // The group exists before anything is acked (an acked message may go).
   ASSERT_EQ(api_->send_retry(api_->all(), "POST", "/v1/consume",
-                             {{"topic", k_topic}, {"group", k_group}, {"owner", "init"},
-                              {"max_messages", 1}, {"wait_ms", 0}})
+                             {{"topic", k_topic},
+                              {"group", k_group},
+                              {"owner", "init"},
+                              {"max_messages", 1},
+                              {"wait_ms", 0}})
                 ->status,
             200u);
 
@@ -176,9 +179,9 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
   std::map<std::string, std::string> answered;  // dedup id -> key, every 2xx produce
   auto produce = [&](const std::vector<int>& nodes, const std::string& id,
                      const std::string& key) -> std::optional<http_response> {
-    auto r = api_->send_retry(nodes, "POST", "/v1/produce",
-                              cluster_api::produce_body(k_topic, id, key),
-                              cluster_api::produce_headers(id), 15s);
+    auto r =
+        api_->send_retry(nodes, "POST", "/v1/produce", cluster_api::produce_body(k_topic, id, key),
+                         cluster_api::produce_headers(id), 15s);
     if (r && r->status == 200) answered[id] = key;
     return r;
   };
@@ -261,8 +264,8 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
     std::string list;
     for (const auto& a : isolated_answers) list += " " + a;
     std::cout << "partition: writes to the cut-off " << old_leader << " answered:" << list << "\n";
-    EXPECT_TRUE(isolated_2xx.empty()) << "the cut-off old leader answered 2xx: "
-                                      << *isolated_2xx.begin();
+    EXPECT_TRUE(isolated_2xx.empty())
+        << "the cut-off old leader answered 2xx: " << *isolated_2xx.begin();
   }
   auto old_view = cluster_->status(static_cast<std::size_t>(L), 2s);
   if (old_view && old_view->shard_of_topic(k_topic) != nullptr) {
@@ -344,8 +347,8 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
   EXPECT_EQ(g.at("inflight"), 0) << g.dump();
 
   std::cout << "partition: " << answered.size() << " writes answered 2xx, "
-            << committed_during.size() << " keys committed during the cut, "
-            << duplicates.size() << " duplicates auto-acked; election " << election_ms
+            << committed_during.size() << " keys committed during the cut, " << duplicates.size()
+            << " duplicates auto-acked; election " << election_ms
             << " ms, first majority write done " << first_write_ms << " ms after the cut\n";
 }
 

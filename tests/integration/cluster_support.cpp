@@ -67,9 +67,9 @@ std::vector<cluster_member> free_loopback_members(int n, std::uint64_t seed) {
   static_assert(k_raft_offset + k_max_test_groups <= k_block);
   const int low = 12000;
   const int high = std::max(low + 1000, ephemeral_low()) - n * k_block;
-  std::mt19937_64 rng(seed ^ static_cast<std::uint64_t>(::getpid()) ^
-                      static_cast<std::uint64_t>(
-                          std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 rng(
+      seed ^ static_cast<std::uint64_t>(::getpid()) ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int base = low + static_cast<int>(rng() % static_cast<std::uint64_t>(high - low));
     std::vector<cluster_member> out;
@@ -122,6 +122,8 @@ std::optional<cluster_status> parse_cluster_status(const http_response& r) {
       x.term = s.value("term", std::uint64_t{0});
       x.commit_index = s.value("commit_index", std::uint64_t{0});
       x.applied_index = s.value("applied_index", std::uint64_t{0});
+      x.last_index = s.value("last_index", std::uint64_t{0});
+      x.failure = s.value("failure", std::string());
       for (const auto& t : s.value("topics", nlohmann::json::array())) {
         x.topics.push_back(t.get<std::string>());
       }
@@ -220,8 +222,7 @@ int local_cluster::index_of(std::string_view id) const {
 }
 
 std::optional<http_response> local_cluster::request(std::size_t i, std::string_view method,
-                                                    std::string_view target,
-                                                    std::string_view body,
+                                                    std::string_view target, std::string_view body,
                                                     const header_list& headers,
                                                     std::chrono::milliseconds timeout) {
   const auto& m = member(i);

@@ -52,6 +52,8 @@ struct cluster_shard_status {
   std::uint64_t term = 0;
   std::uint64_t commit_index = 0;
   std::uint64_t applied_index = 0;
+  std::uint64_t last_index = 0;
+  std::string failure;  // why the shard stopped applying on that node; "" when healthy
   std::vector<std::string> topics;
 };
 struct cluster_node_status {
@@ -74,18 +76,17 @@ std::optional<cluster_status> parse_cluster_status(const http_response& r);
 
 // One request to host:port on a fresh connection; nullopt on a network
 // error or timeout.
-std::optional<http_response> request_once(const std::string& host, std::uint16_t port,
-                                          std::string_view method, std::string_view target,
-                                          std::string_view body = {},
-                                          const header_list& headers = {},
-                                          std::chrono::milliseconds timeout = std::chrono::seconds(3));
+std::optional<http_response> request_once(
+    const std::string& host, std::uint16_t port, std::string_view method, std::string_view target,
+    std::string_view body = {}, const header_list& headers = {},
+    std::chrono::milliseconds timeout = std::chrono::seconds(3));
 
 class local_cluster {
  public:
   struct options {
     std::vector<cluster_member> members;
-    int shards = 0;       // --shards; 0 = onceqd's default
-    std::string onceqd;   // "" = the build's onceqd
+    int shards = 0;      // --shards; 0 = onceqd's default
+    std::string onceqd;  // "" = the build's onceqd
     std::string fsync = "always";
     // cluster.toml, <id>/ (data) and <id>.log go here; "" = a fresh
     // /tmp/onceq-cluster-XXXXXX, removed afterwards unless ONCEQ_IT_KEEP_TMP

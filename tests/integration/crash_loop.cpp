@@ -28,8 +28,8 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -157,8 +157,8 @@ class connection {
       client_ports_[i] = p;
     }
     try {
-      auto r = client->request(method, target, body.is_null() ? std::string() : body.dump(),
-                               headers);
+      auto r =
+          client->request(method, target, body.is_null() ? std::string() : body.dump(), headers);
       if (r.status == 503) ++unavailable_;
       avoid_ = r.status == 503 ? static_cast<int>(i) : -1;
       return r;
@@ -738,8 +738,8 @@ void read_keys(const history& h, const config& cfg, const getter& get, run_outco
   std::set<std::string> wanted;
   for (const auto& p : h.produces) wanted.insert(p.key);
   for (const auto& k : wanted) {
-    auto r = get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) + "&group=" +
-                 std::string(k_group) + "&key=" + k);
+    auto r = get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) +
+                 "&group=" + std::string(k_group) + "&key=" + k);
     if (!r || r->status != 200) {
       o.unexpected.push_back("GET /v1/keys " + k + ": " +
                              (r ? std::to_string(r->status) + " " + r->body : "no answer"));
@@ -948,19 +948,26 @@ int run_cluster(const config& cfg) {
     }
   }
   // Each topic on its own shard while there are shards enough (as alone).
+  // A follower lists a topic once it applied its creation: poll.
   {
-    auto r = get("/v1/cluster");
-    auto st = r ? parse_cluster_status(*r) : std::nullopt;
-    if (!st) return setup_failure("GET /v1/cluster did not answer its JSON");
-    std::set<unsigned> used;
-    for (int t = 0; t < cfg.topics; ++t) {
-      const auto* sh = st->shard_of_topic(topic_name(t));
-      if (sh == nullptr) {
-        return setup_failure("GET /v1/cluster lists topic " + topic_name(t) + " on no shard: " +
-                             r->body);
+    std::string last;
+    std::optional<cluster_status> st;
+    bool listed = false;
+    for (int attempt = 0; attempt < 100 && !listed; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(100ms);
+      auto r = get("/v1/cluster");
+      st = r ? parse_cluster_status(*r) : std::nullopt;
+      last = r ? r->body : "no answer";
+      listed = st.has_value();
+      for (int t = 0; t < cfg.topics && listed; ++t) {
+        listed = st->shard_of_topic(topic_name(t)) != nullptr;
       }
-      if (t < std::min(cfg.shards, cfg.topics) && !used.insert(sh->shard).second) {
-        return setup_failure("topics share shard " + std::to_string(sh->shard) + ": " + r->body);
+    }
+    if (!listed) return setup_failure("GET /v1/cluster lists a topic on no shard: " + last);
+    std::set<unsigned> used;
+    for (int t = 0; t < std::min(cfg.shards, cfg.topics); ++t) {
+      if (!used.insert(st->shard_of_topic(topic_name(t))->shard).second) {
+        return setup_failure("topics share a shard: " + last);
       }
     }
   }
@@ -982,9 +989,9 @@ int run_cluster(const config& cfg) {
       setup_error = "node " + lc->member(i).id + " did not recover: " + e.what();
       return false;
     }
-    restarts.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - t)
-                           .count());
+    restarts.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+            .count());
     s.ports[i] = lc->member(i).http_port;
     return true;
   };
@@ -993,8 +1000,8 @@ int run_cluster(const config& cfg) {
   auto kill_and_restart = [&](std::size_t i, const std::string& leader,
                               const std::string& topic) -> bool {
     const bool was_leader = lc->member(i).id == leader;
-    const auto down = std::chrono::milliseconds(
-        rng() % static_cast<std::uint64_t>(cfg.down_max_ms + 1));
+    const auto down =
+        std::chrono::milliseconds(rng() % static_cast<std::uint64_t>(cfg.down_max_ms + 1));
     // Half of the leader kills stay down until the others elected a
     // leader (measured); the rest come back after `down` whatever happened.
     const bool await_failover = was_leader && rng() % 2 == 0;

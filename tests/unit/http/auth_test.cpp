@@ -377,7 +377,7 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"GET /v1/keys", scope::consume},        {"POST /v1/dlq/redrive", scope::admin},
       {"GET /metrics", scope::metrics},        {"GET /ui", scope::none},
       {"GET /v1/openapi.json", scope::none},   {"GET /v1/keys/history", scope::consume},
-      {"POST /v1/replay", scope::admin},
+      {"POST /v1/replay", scope::admin},       {"GET /v1/cluster", scope::metrics},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {
