@@ -356,6 +356,16 @@ bool raft_node::leads(unsigned g) const {
   return impl_->leads(g);
 }
 
+std::uint64_t raft_node::leader_term(unsigned g) const {
+  return impl_->leader_term(g);
+}
+
+std::uint64_t raft_node::impl::leader_term(unsigned g) const {
+  if (g >= groups_.size()) return 0;
+  std::lock_guard lock(status_mu_);
+  return published_[g].is_leader ? published_[g].term : 0;
+}
+
 result<group_status> raft_node::status(unsigned g) const {
   return impl_->status(g);
 }

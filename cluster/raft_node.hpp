@@ -214,6 +214,8 @@ class raft_node {
   result<group_status> status(unsigned g) const;
   // status(g).is_leader, without copying the rest; false for no group g.
   bool leads(unsigned g) const;
+  // The term this node leads group g in, 0 when it does not lead it.
+  std::uint64_t leader_term(unsigned g) const;
 
   // Closes every group (raft_close: entries in flight answer
   // shutting_down), ends the loop and joins its thread. Idempotent; safe

@@ -17,8 +17,24 @@ error not_started(unsigned group) {
 }
 }  // namespace
 
-shard_group::shard_group(unsigned group, replica& r, const cluster_config& config)
-    : group_(group), replica_(r), config_(config), self_(config.self().id) {}
+shard_group::shard_group(unsigned group, replica& r, const cluster_config& config, millis grace_ms,
+                         millis max_lease_ms)
+    : group_(group),
+      replica_(r),
+      config_(config),
+      self_(config.self().id),
+      grace_ms_(grace_ms),
+      max_lease_ms_(max_lease_ms) {}
+
+millis shard_group::stamp(std::uint64_t term, millis now) {
+  std::lock_guard lock(term_mu_);
+  if (term != term_) {
+    term_ = term;
+    term_seen_at_ms_ = now;
+    grace_until_ms_.store(now + max_lease_ms_, std::memory_order_relaxed);
+  }
+  return now - term_seen_at_ms_ < max_lease_ms_ ? now - grace_ms_ : now;
+}
 
 error shard_group::error_of(const op_result& r) const {
   error e;
@@ -55,6 +71,9 @@ error shard_group::error_of(const op_result& r) const {
 void shard_group::propose(log_entry e, reply_fn done) {
   raft_node* n = node();
   if (n == nullptr) return done(not_started(group_));
+  if (const std::uint64_t term = n->leader_term(group_); term != 0) {
+    e.now_ms = stamp(term, e.now_ms);
+  }
   auto shared_done = std::make_shared<reply_fn>(std::move(done));
   auto queued = n->propose(group_, encode_entry(e), [this, shared_done](op_result r) {
     if (!r.ok()) return (*shared_done)(error_of(r));
@@ -99,6 +118,12 @@ void shard_group::on_applied(std::function<void(log_tag, std::string_view)> fn) 
 std::vector<std::string> shard_group::topics() const {
   std::lock_guard lock(topics_mu_);
   return topics_;
+}
+
+millis shard_group::next_deadline() const {
+  const millis d = replica_.next_deadline();
+  if (d < 0 || d >= grace_until_ms_.load(std::memory_order_relaxed)) return d;
+  return d + grace_ms_;
 }
 
 bool shard_group::leads() const {

@@ -26,8 +26,12 @@ namespace onceq::cluster {
 class shard_group final : public shard_log {
  public:
   // group: the shard's id and its Raft group's; r: its replica; config:
-  // the cluster (both outlive this).
-  shard_group(unsigned group, replica& r, const cluster_config& config);
+  // the cluster (both outlive this). A new leader stamps its entries
+  // grace_ms behind its clock for max_lease_ms after its term began
+  // (docs/REPLICATION.md section 4): leases granted by an earlier leader
+  // whose clock was behind are not ended early by a clock ahead.
+  shard_group(unsigned group, replica& r, const cluster_config& config, millis grace_ms,
+              millis max_lease_ms);
 
   // The node that runs the group, once started (outlives this).
   void attach(raft_node& node) { node_.store(&node, std::memory_order_release); }
@@ -35,7 +39,9 @@ class shard_group final : public shard_log {
   void propose(log_entry e, reply_fn done) override;
   void read(bool fresh, std::function<void(broker&)> fn, std::function<void(error)> fail) override;
   bool leads() const override;
-  millis next_deadline() const override { return replica_.next_deadline(); }
+  // The broker's next deadline, moved by the grace while it applies (a tick
+  // stamped grace_ms behind the clock fires nothing before that).
+  millis next_deadline() const override;
   void on_applied(std::function<void(log_tag, std::string_view)> fn) override;
 
   // The shard's topics as of the last create, delete or snapshot applied
@@ -53,6 +59,14 @@ class shard_group final : public shard_log {
   const cluster_config& config_;
   std::string self_;
   std::atomic<raft_node*> node_{nullptr};
+
+  // The stamp of an entry proposed at now (the grace above).
+  millis stamp(std::uint64_t term, millis now);
+  millis grace_ms_, max_lease_ms_;
+  std::mutex term_mu_;
+  std::uint64_t term_ = 0;                 // term_mu_: the term this node led when it last proposed
+  millis term_seen_at_ms_ = 0;             // term_mu_: when this node first proposed in it
+  std::atomic<millis> grace_until_ms_{0};  // term_seen_at_ms_ + max_lease_ms_
 
   mutable std::mutex topics_mu_;
   std::vector<std::string> topics_;  // topics_mu_

@@ -2,7 +2,8 @@
 // answers. No library, no build step. Text from the server only ever goes
 // into textContent, never into HTML.
 //
-// Reads: GET /v1/version, GET /v1/topics, GET /v1/topics/{name}, /metrics
+// Reads: GET /v1/version, GET /v1/topics, GET /v1/topics/{name}, /metrics,
+// GET /v1/cluster
 // (rates, produced, produce duplicates, oldest unacked age: optional, the
 // page degrades without it), GET /v1/keys and GET /v1/keys/history (optional).
 // The bearer token lives in sessionStorage (this tab only), never in a URL.
@@ -334,12 +335,37 @@
         ack: acked,
       });
       renderTopics(names, infos, metrics);
+      await refreshCluster();
       setStatus('live', 'live · updated ' + new Date().toLocaleTimeString('en-GB'));
     } catch (e) {
       setStatus('error', 'cannot reach onceqd: ' + e.message);
     } finally {
       busy = false;
     }
+  }
+
+  // A node of a cluster: its nodes and each shard's leader and indexes
+  // (GET /v1/cluster; a single node answers 404 and the card stays hidden).
+  async function refreshCluster() {
+    const res = await api('/v1/cluster');
+    const card = $('cluster-card');
+    if (!res.ok || !res.body) {
+      card.hidden = true;
+      return;
+    }
+    card.hidden = false;
+    const c = res.body;
+    $('cluster-node').textContent = 'answered by ' + c.node;
+    const nodes = $('cluster-nodes-body');
+    nodes.replaceChildren(...(c.nodes || []).map((n) => el('tr', {},
+      el('td', {}, n.id), el('td', {}, n.http), el('td', {}, n.raft),
+      el('td', {}, n.reachable ? 'yes' : 'no'))));
+    const shards = $('cluster-shards-body');
+    shards.replaceChildren(...(c.shards || []).map((s) => el('tr', {},
+      el('td', {}, String(s.shard)), el('td', {}, s.leader || '(electing)'),
+      el('td', {class: 'num'}, fmtCount(s.term)), el('td', {class: 'num'}, fmtCount(s.commit_index)),
+      el('td', {class: 'num'}, fmtCount(s.applied_index)),
+      el('td', {}, (s.topics || []).join(', ') + (s.failure ? ' · failed: ' + s.failure : '')))));
   }
 
   async function showVersion() {
