@@ -599,7 +599,11 @@ class onceq_driver final : public system_driver, public cluster_control {
                                             index);
   }
   std::unique_ptr<consumer> make_consumer(const run_setup& s, int index) override {
-    return std::make_unique<onceq_consumer>(nodes_for(s.topic, index).front(), s, index);
+    // A node does not forward a streaming consume (it answers 503 naming the
+    // leader): streams go to the topic's leader even with spread clients.
+    const bool leader_only = s.mode == consume_mode::stream;
+    return std::make_unique<onceq_consumer>(nodes_for(s.topic, index, leader_only).front(), s,
+                                            index);
   }
 
   key_check check_keys(const run_setup& s, std::span<const std::uint64_t> seqs) override {
@@ -818,12 +822,15 @@ class onceq_driver final : public system_driver, public cluster_control {
 
   // The nodes a client of `topic` uses, the first one first: the single
   // server; in a cluster the topic's leader (or node index mod N with
-  // --cluster-clients spread), then the others in file order from there.
-  std::vector<endpoint> nodes_for(const std::string& topic, int index) const {
+  // --cluster-clients spread, unless leader_only), then the others in file
+  // order from there.
+  std::vector<endpoint> nodes_for(const std::string& topic, int index,
+                                  bool leader_only = false) const {
     if (o_.cluster == 0) return endpoints_;
     const std::size_t n = endpoints_.size();
-    const std::size_t first =
-        o_.cluster_spread ? static_cast<std::size_t>(index) % n : leaders_.at(topic);
+    const std::size_t first = o_.cluster_spread && !leader_only
+                                  ? static_cast<std::size_t>(index) % n
+                                  : leaders_.at(topic);
     std::vector<endpoint> out;
     for (std::size_t k = 0; k < n; ++k) out.push_back(endpoints_[(first + k) % n]);
     return out;
