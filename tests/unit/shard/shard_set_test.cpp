@@ -29,7 +29,8 @@ store_list make_stores(std::size_t n) {
 // n shards over in-memory stores, loops not started (placement needs none).
 class shards_fixture {
  public:
-  explicit shards_fixture(std::size_t n, store_list* stores = nullptr) {
+  explicit shards_fixture(std::size_t n, store_list* stores = nullptr,
+                          placement_rule rule = placement_rule::balanced) {
     if (stores == nullptr) {
       own_ = make_stores(n);
       stores = &own_;
@@ -41,7 +42,7 @@ class shards_fixture {
       shards_.push_back(std::make_unique<shard>(i, *brokers_.back(), st, clock_));
       ptrs_.push_back(shards_.back().get());
     }
-    set_ = std::make_unique<shard_set>(ptrs_);
+    set_ = std::make_unique<shard_set>(ptrs_, rule);
   }
   shard_set& set() { return *set_; }
   broker& core(std::size_t i) { return *brokers_[i]; }
@@ -95,6 +96,24 @@ TEST(ShardSetTest, AFailedCreateGivesItsReservationBack) {
   f.set().settle("bad", s.id(), f.core(s.id()).get_topic("bad").ok());
   EXPECT_FALSE(f.set().placed_on("bad").has_value());
   EXPECT_EQ(f.set().topic_counts(), (std::vector<std::size_t>{0, 0}));
+}
+
+// A cluster's nodes route a name alike without sharing a table: its shard
+// is a function of the name (FNV-1a, fixed values below), a DLQ's that of
+// its base, and creating topics changes nothing.
+TEST(ShardSetTest, HashedPlacementIsAFunctionOfTheNameTheSameOnEveryNode) {
+  shards_fixture a(4, nullptr, placement_rule::hashed);
+  shards_fixture b(4, nullptr, placement_rule::hashed);
+  for (const char* name : {"orders", "payments", "emails", "t", "crash-1"}) {
+    EXPECT_EQ(a.set().of(name).id(), b.set().of(name).id()) << name;
+    EXPECT_EQ(a.set().place(name).id(), a.set().of(name).id()) << name;
+    EXPECT_EQ(a.set().of(std::string("dlq.") + name).id(), a.set().of(name).id()) << name;
+  }
+  // Pinned: a build that hashed differently would strand topics.
+  EXPECT_EQ(a.set().of("orders").id(), 0u);
+  EXPECT_EQ(a.set().of("payments").id(), 2u);
+  for (int i = 0; i < 8; ++i) a.create("topic-" + std::to_string(i));
+  EXPECT_EQ(a.set().of("orders").id(), 0u);
 }
 
 TEST(ShardSetTest, AnUnknownTopicAlwaysGoesToTheSameShard) {
