@@ -18,10 +18,6 @@ namespace {
 // leaders (cluster_config::preferred_leader): spreads the leaderships
 // again after a node rejoins.
 constexpr auto k_rebalance_every = std::chrono::seconds(10);
-// A new leader's stamps run this far behind its clock while leases of
-// earlier terms may still run (docs/REPLICATION.md section 4): the clock
-// skew between nodes it absorbs.
-constexpr millis k_leader_grace_ms = 500;
 }  // namespace
 
 cluster_node::cluster_node(cluster::cluster_config cfg, const cmd::config& opts)
@@ -63,7 +59,7 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
                         fmt::format("recovery of shard {} failed: {}", g, r.err().message));
     }
     n->groups_.push_back(std::make_unique<cluster::shard_group>(
-        g, *n->replicas_.back(), n->cfg_, k_leader_grace_ms, cfg.broker.max_lease_ms));
+        g, *n->replicas_.back(), n->cfg_, cfg.leader_grace_ms, cfg.broker.max_lease_ms));
   }
   return n;
 }

@@ -150,6 +150,11 @@ std::unique_ptr<CLI::App> make_app(config& c) {
                       "(default {})",
                       d.election_timeout_ms),
           100, 60'000, [&c](i64 v) { c.election_timeout_ms = static_cast<unsigned>(v); });
+  add_int(a, "--leader-grace-ms", "MS",
+          fmt::format("cluster: a new leader stamps commands this far behind its clock\n"
+                      "while earlier leases may run (clock skew absorbed), 0..60000 (default {})",
+                      d.leader_grace_ms),
+          0, 60'000, [&c](i64 v) { c.leader_grace_ms = static_cast<unsigned>(v); });
   add_int(a, "--raft-snapshot-every", "N",
           fmt::format("cluster: applied entries between two snapshots of a shard, 64..10000000\n"
                       "(default {})",

@@ -38,6 +38,10 @@ struct config {
   std::string node_id;                    // Required with cluster_file
   unsigned election_timeout_ms = 1'000;   // Default: raft's 1 s (randomised to 1-2 s)
   unsigned raft_snapshot_every = 65'536;  // Default: a snapshot every 65,536 entries
+  // A new leader's stamps run this far behind its clock while leases of
+  // earlier terms may run (docs/REPLICATION.md section 4): the clock skew
+  // between nodes it absorbs.
+  unsigned leader_grace_ms = 500;  // Default: 500 ms
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.

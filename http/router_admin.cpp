@@ -14,6 +14,7 @@
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
 #include "http/error_table.hpp"
+#include "http/forwarder.hpp"
 #include "http/metrics.hpp"
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
@@ -93,7 +94,8 @@ asio::awaitable<reply> router::create_topic(call& c) {
 
 asio::awaitable<reply> router::list_topics(call& c) {
   auto r_op = gather<std::string>(
-      shards_, [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); });
+      shards_, c.req[k_forwarded_header].empty(),
+      [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); });
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   std::sort(r->begin(), r->end());
@@ -140,7 +142,8 @@ asio::awaitable<reply> router::delete_topic(call& c) {
 asio::awaitable<reply> router::prometheus(call& c) {
   std::vector<std::size_t> topics;  // per shard, DLQs included
   auto r_op = gather<topic_info>(
-      shards_, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); }, &topics);
+      shards_, false, [](broker& b) -> result<std::vector<topic_info>> { return b.metrics(); },
+      &topics);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   reply out;

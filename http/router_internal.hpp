@@ -91,15 +91,20 @@ inline reply ndjson_reply(std::string body) {
 
 // Runs fn on every shard, one after another, and joins the answers in
 // shard order (the routes without a topic: the topic list, /metrics).
-// per_shard: if given, how many answers each shard gave.
+// per_shard: if given, how many answers each shard gave. In a cluster, a
+// node that leads every shard answers fresh; one that does not forwards
+// the request to a leader (the first shard's it does not lead), whose
+// answer (fresh: false there, the request being forwarded) is every shard
+// as that node applied it. fresh: false also for /metrics (this node's).
 template <class T>
-asio::awaitable<result<std::vector<T>>> gather(shard_set& shards,
+asio::awaitable<result<std::vector<T>>> gather(shard_set& shards, bool fresh,
                                                std::function<result<std::vector<T>>(broker&)> fn,
                                                std::vector<std::size_t>* per_shard = nullptr) {
   std::vector<T> all;
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    auto op = async_query<std::vector<T>>(shards.at(i), fn, asio::use_awaitable);
+    auto op = async_query<std::vector<T>>(shards.at(i), fresh, fn, asio::use_awaitable);
     auto r = co_await std::move(op);
+    // A shard led elsewhere: the router forwards the request to its leader.
     if (!r.ok()) co_return std::move(r).err();
     if (per_shard != nullptr) per_shard->push_back(r->size());
     std::move(r->begin(), r->end(), std::back_inserter(all));

@@ -61,13 +61,13 @@ auto async_execute(shard& r, std::function<result<T>(broker&)> fn, Token&& token
       std::forward<Token>(token));
 }
 
-// shard::query: a read of this node's state (in a cluster, as this
-// replica last applied it).
+// shard::query: a read of this node's state (in a cluster, fresh on the
+// leader or as this replica last applied it).
 template <class T, class Token>
-auto async_query(shard& r, std::function<result<T>(broker&)> fn, Token&& token) {
+auto async_query(shard& r, bool fresh, std::function<result<T>(broker&)> fn, Token&& token) {
   return async_bridge<result<T>>(
-      [&r, fn = std::move(fn)](std::function<void(result<T>)> done) mutable {
-        r.query<T>(std::move(fn), std::move(done));
+      [&r, fresh, fn = std::move(fn)](std::function<void(result<T>)> done) mutable {
+        r.query<T>(fresh, std::move(fn), std::move(done));
       },
       std::forward<Token>(token));
 }

@@ -114,11 +114,13 @@ class shard {
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
 
-  // A read of this node's state, as execute; in a cluster on any node, as
-  // this replica last applied it (may lag the leader: lists and stats).
+  // A read of this node's state, as execute. In a cluster: fresh, as
+  // execute (errc::unavailable with the leader on a node that does not
+  // lead), or not, as this replica last applied it (may lag the leader).
   template <class T>
-  void query(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
-    if (log_ != nullptr) return read_replica<T>(false, std::move(fn), std::move(done));
+  void query(bool fresh, std::function<result<T>(broker&)> fn,
+             std::function<void(result<T>)> done) {
+    if (log_ != nullptr) return read_replica<T>(fresh, std::move(fn), std::move(done));
     execute<T>(std::move(fn), std::move(done));
   }
 
