@@ -2,6 +2,10 @@
 
 #include "cluster/raft_node_impl.hpp"
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
 #ifdef ONCEQ_RAFT_TCP_NODELAY
 // Every uv_tcp_init of the static libraft (its transport's listeners,
 // dials and accepted peers; cluster/CMakeLists.txt links it with
@@ -14,6 +18,65 @@ extern "C" int __wrap_uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle) {
   const int rv = __real_uv_tcp_init(loop, handle);
   if (rv == 0) (void)uv_tcp_nodelay(handle, 1);  // swallowed: Nagle on is slow, not wrong
   return rv;
+}
+
+#endif
+
+// raft 0.15 checksums every entry it writes, sends and reads with
+// byteCrc32: a CRC-32 computed most significant bit first (polynomial
+// 0x04C11DB7, the checksum of CRC-32/MPEG-2 with a caller's init and no
+// final inversion), one table lookup per byte. That was 45% of a 3-node
+// group's CPU with 40 KB entries (a produce of 100 messages;
+// docs/BENCHMARKS.md, "Replication"). The static libraft's calls
+// (--wrap=byteCrc32, cluster/CMakeLists.txt) come here instead (in this
+// file, which every user of raft links, so that the static library finds it): the same
+// checksum eight bytes per step (slicing-by-8), so that logs, snapshots and
+// messages are unchanged. cluster_test's raft_checksum test compares both
+// on random data.
+
+namespace crc_detail {
+
+constexpr std::uint32_t k_poly = 0x04C11DB7u;
+
+struct tables {
+  std::array<std::array<std::uint32_t, 256>, 8> t{};
+  constexpr tables() {
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i << 24;
+      for (int k = 0; k < 8; ++k) c = (c & 0x80000000u) ? (c << 1) ^ k_poly : (c << 1);
+      t[0][i] = c;
+    }
+    for (std::size_t k = 1; k < 8; ++k) {
+      for (std::uint32_t i = 0; i < 256; ++i) {
+        t[k][i] = (t[k - 1][i] << 8) ^ t[0][t[k - 1][i] >> 24];
+      }
+    }
+  }
+};
+constexpr tables k_tables;
+
+inline std::uint32_t load_be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+}  // namespace crc_detail
+
+#ifdef ONCEQ_RAFT_TCP_NODELAY
+extern "C" unsigned __wrap_byteCrc32(const void* buf, std::size_t size, unsigned init) {
+  const auto& t = crc_detail::k_tables.t;
+  const auto* p = static_cast<const unsigned char*>(buf);
+  std::uint32_t crc = init;
+  while (size >= 8) {
+    const std::uint32_t a = crc ^ crc_detail::load_be32(p);
+    const std::uint32_t b = crc_detail::load_be32(p + 4);
+    crc = t[7][a >> 24] ^ t[6][(a >> 16) & 0xff] ^ t[5][(a >> 8) & 0xff] ^ t[4][a & 0xff] ^
+          t[3][b >> 24] ^ t[2][(b >> 16) & 0xff] ^ t[1][(b >> 8) & 0xff] ^ t[0][b & 0xff];
+    p += 8;
+    size -= 8;
+  }
+  while (size-- > 0) crc = (crc << 8) ^ t[0][((crc >> 24) ^ *p++) & 0xff];
+  return crc;
 }
 #endif
 
@@ -142,6 +205,7 @@ result<void> raft_node::impl::init_group(group& g) {
   if (rv != 0) return raft_error("raft_uv_init", rv, g.io.errmsg);
   g.io_ready = true;
   raft_uv_set_connect_retry_delay(&g.io, opts_.connect_retry_delay_ms);
+  raft_uv_set_segment_size(&g.io, opts_.segment_bytes);
 
   g.fsm.version = 1;
   g.fsm.data = &g;

@@ -124,6 +124,11 @@ struct raft_node_options {
   // depose a healthy leader. Raft's default is off.
   bool pre_vote = true;                    // Default: on
   unsigned connect_retry_delay_ms = 1000;  // Default: raft_uv's 1000 ms between dials of a peer
+  // Size of the log's open segments (raft_uv_set_segment_size). Closing a
+  // full segment and opening the next stalls appends for tens of ms: with
+  // raft's 8 MiB and 40 KB entries (a produce of 100 messages) that was a
+  // p99 of 38 ms; 64 MiB makes it 6 ms (docs/BENCHMARKS.md, "Replication").
+  std::size_t segment_bytes = 64u << 20;  // Default: 64 MiB
   // Group commit limits: a queue longer than this goes out as several
   // raft_apply calls in one loop iteration.
   std::size_t max_batch_entries = 1024;    // Default: 1024 entries per raft_apply

@@ -858,6 +858,31 @@ TEST_F(cluster_test, raft_connections_have_tcp_nodelay) {
   EXPECT_EQ(nodelay, connected);
 }
 
+#ifdef ONCEQ_RAFT_TCP_NODELAY
+// raft's own byteCrc32 (the static library's, reached as __real_) and the
+// zlib crc32 that replaces it (raft_node.cpp) agree on every length and
+// chained init: the checksums on disk and on the wire are unchanged, so a
+// log written by either reads with the other.
+extern "C" unsigned __real_byteCrc32(const void* buf, std::size_t size, unsigned init);
+extern "C" unsigned __wrap_byteCrc32(const void* buf, std::size_t size, unsigned init);
+
+TEST(raft_checksum, raft_checksums_are_zlibs_crc32) {
+  std::mt19937_64 rng(20261125);
+  std::vector<unsigned char> data(70'000);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  for (std::size_t len : {0u, 1u, 7u, 8u, 63u, 4096u, 40'001u, 70'000u}) {
+    for (unsigned init : {0u, 1u, 0xdeadbeefu}) {
+      EXPECT_EQ(__wrap_byteCrc32(data.data(), len, init), __real_byteCrc32(data.data(), len, init))
+          << len << " " << init;
+    }
+  }
+  // Chained: the checksum of a whole equals that of its halves in turn.
+  const unsigned half = __wrap_byteCrc32(data.data(), 30'000, 0);
+  EXPECT_EQ(__wrap_byteCrc32(data.data() + 30'000, 40'000, half),
+            __real_byteCrc32(data.data(), 70'000, 0));
+}
+#endif
+
 // ---- replicated brokers -----------------------------------------------------
 
 // Each node's group runs a replica: a broker over its own store, applying
