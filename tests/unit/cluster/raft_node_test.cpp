@@ -860,13 +860,13 @@ TEST_F(cluster_test, raft_connections_have_tcp_nodelay) {
 
 #ifdef ONCEQ_RAFT_TCP_NODELAY
 // raft's own byteCrc32 (the static library's, reached as __real_) and the
-// zlib crc32 that replaces it (raft_node.cpp) agree on every length and
+// slicing-by-8 CRC that replaces it (raft_node.cpp) agree on every length and
 // chained init: the checksums on disk and on the wire are unchanged, so a
 // log written by either reads with the other.
 extern "C" unsigned __real_byteCrc32(const void* buf, std::size_t size, unsigned init);
 extern "C" unsigned __wrap_byteCrc32(const void* buf, std::size_t size, unsigned init);
 
-TEST(raft_checksum, raft_checksums_are_zlibs_crc32) {
+TEST(raft_checksum, raft_checksums_match_raft_s_own) {
   std::mt19937_64 rng(20261125);
   std::vector<unsigned char> data(70'000);
   for (auto& b : data) b = static_cast<unsigned char>(rng());
