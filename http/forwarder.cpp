@@ -101,11 +101,11 @@ asio::awaitable<result<response>> exchange(const request& out, node_address to, 
 
 }  // namespace
 
-forwarder::forwarder(const cluster_view& cluster, millis timeout_ms)
-    : cluster_(cluster), timeout_ms_(timeout_ms) {}
+forwarder::forwarder(const cluster_view& cluster) : cluster_(cluster) {}
 
 void forwarder::forward(const request& req, std::string_view request_id, std::string node,
-                        asio::any_io_executor ex, std::function<void(result<response>)> done) {
+                        millis timeout_ms, asio::any_io_executor ex,
+                        std::function<void(result<response>)> done) {
   auto to = cluster_.http_of(node);
   if (!to) {
     return done(
@@ -119,7 +119,7 @@ void forwarder::forward(const request& req, std::string_view request_id, std::st
   auto shared_done = std::make_shared<std::function<void(result<response>)>>(std::move(done));
   asio::co_spawn(
       ex,
-      [out, to = std::move(*to), node = std::move(node), timeout = timeout_ms_,
+      [out, to = std::move(*to), node = std::move(node), timeout = timeout_ms,
        shared_done]() -> asio::awaitable<void> {
         auto r = co_await exchange(*out, to, node, timeout);
         (*shared_done)(std::move(r));

@@ -32,20 +32,19 @@ inline constexpr std::string_view k_forwarded_header = "X-Onceq-Forwarded";
 
 class forwarder {
  public:
-  // cluster outlives the forwarder. timeout_ms: the longest exchange (a
-  // long-poll consume waits up to k_max_wait_ms there).
-  forwarder(const cluster_view& cluster, millis timeout_ms);
+  // cluster outlives the forwarder.
+  explicit forwarder(const cluster_view& cluster);
 
   // Sends req (with request_id as its X-Request-Id, so that both nodes log
   // one id) to node's API and calls done(its response) on ex, or
   // done(errc::unavailable) when the node cannot be reached or did not
   // answer in time.
-  void forward(const request& req, std::string_view request_id, std::string node,
+  // timeout_ms bounds the exchange once connected.
+  void forward(const request& req, std::string_view request_id, std::string node, millis timeout_ms,
                boost::asio::any_io_executor ex, std::function<void(result<response>)> done);
 
  private:
   const cluster_view& cluster_;
-  millis timeout_ms_;
 };
 
 }  // namespace onceq::http

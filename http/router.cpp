@@ -37,9 +37,14 @@ using bhttp::status;
 using bhttp::verb;
 
 constexpr std::string_view k_unmatched = "unmatched";
-// A forwarded request's answer may take this much longer than its longest
-// wait at the leader.
-constexpr millis k_forward_slack_ms = 15'000;
+// A forwarded request's answer may take this much longer than its wait at
+// the leader (a long-poll's wait_ms, else none). A leader that can still
+// answer does so within an election timeout or two (a write it cannot
+// commit fails when it steps down); past this the link or the node is
+// presumed dead and the client gets 503 to retry (found by
+// cluster_partition_test: a request forwarded as the link went dark used
+// to wait 75 s).
+constexpr millis k_forward_timeout_ms = 5'000;
 
 // Splits "/a/b/c" into {"a","b","c"}; an empty path has no segments.
 std::vector<std::string_view> split_path(std::string_view path) {
@@ -126,8 +131,7 @@ router::router(shard_set& shards, const clock& time, http_options opts, authenti
                const cluster_view* cluster)
     : shards_(shards), clock_(time), opts_(std::move(opts)), auth_(auth), cluster_(cluster) {
   if (cluster_ != nullptr) {
-    // A forwarded long-poll waits up to k_max_wait_ms at the leader.
-    forwarder_ = std::make_unique<forwarder>(*cluster_, k_max_wait_ms + k_forward_slack_ms);
+    forwarder_ = std::make_unique<forwarder>(*cluster_);
   }
   for (std::size_t i = 0; i < k_route_count; ++i) {
     route_segments_.push_back(split_path(k_routes[i].pattern));
@@ -207,15 +211,17 @@ void router::forward(pending_ptr p, std::string node) {
   const request& req = p->req;
   auto ex = p->ex;
   const std::string& id = p->c.request_id;
-  forwarder_->forward(req, id, std::move(node), ex, [this, p = std::move(p)](result<response> r) {
-    reply out;
-    if (r.ok()) {
-      out.res = std::move(*r);
-    } else {
-      out = error_reply(r.err(), p->c);
-    }
-    finish(std::move(p), std::move(out));
-  });
+  const millis timeout = p->c.wait_ms + k_forward_timeout_ms;
+  forwarder_->forward(req, id, std::move(node), timeout, ex,
+                      [this, p = std::move(p)](result<response> r) {
+                        reply out;
+                        if (r.ok()) {
+                          out.res = std::move(*r);
+                        } else {
+                          out = error_reply(r.err(), p->c);
+                        }
+                        finish(std::move(p), std::move(out));
+                      });
 }
 
 void router::handle(request req, asio::any_io_executor ex, reply_fn done) {

@@ -36,6 +36,9 @@ struct router::call {
   // Cluster: whether a not-leader answer may forward the request to the
   // leader (not a streaming consume, whose answer does not end).
   bool forwardable = true;
+  // How long the command may wait at the shard (a long-poll's wait_ms): a
+  // forwarded request gets this long plus k_forward_timeout_ms.
+  millis wait_ms = 0;
 };
 
 // One request from router::handle() to its answer, on the heap while its

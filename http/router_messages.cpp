@@ -98,6 +98,7 @@ void router::consume(pending_ptr p) {
     const millis left = std::max<millis>(0, *cr->cmd.deadline_ms - clock_.now_ms());
     cr->wait_ms = std::min(cr->wait_ms, left);
   }
+  c.wait_ms = cr->wait_ms;
   if (cr->stream) {
     // A stream's head and its polls: a coroutine (not the hot path).
     auto ex = p->ex;
@@ -186,6 +187,7 @@ asio::awaitable<reply> router::keys(call& c) {
   if (!kr.ok()) co_return error_reply(kr.err(), c);
   if (auto denied = deny_topic(c, kr->q.topic)) co_return error_reply(*denied, c);
   shard& owner = route(c, kr->q.topic);
+  c.wait_ms = kr->wait_ms;
   auto r_op = async_wait_key(owner, std::move(kr->q), kr->wait_ms, use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);

@@ -1,12 +1,19 @@
 // A 3-node cluster (onceqd --cluster) in three network namespaces bridged
-// to the test; the leader of the topic's shard is cut off from the other
-// two nodes (blackhole routes both ways), not from the test. While cut
-// off, writes sent to it get no 2xx; the other two elect a leader within
-// seconds (measured) and take writes, applied by that leader; keys are
-// committed there. After healing, every write answered 2xx (before, during,
-// after) is consumed exactly once, the keys committed during the cut are
-// committed once with their result, and later duplicates of those keys are
-// auto-acked. Needs root and iproute2 (skipped otherwise).
+// to the test; one node is cut off from the other two (blackhole routes
+// both ways), not from the test.
+//
+// The leader of the topic's shard: while cut off, writes sent to it get no
+// 2xx; the other two elect a leader within seconds (measured) and take
+// writes, applied by that leader; keys are committed there. After healing,
+// every write answered 2xx (before, during, after) is consumed exactly
+// once, the keys committed during the cut are committed once with their
+// result, and later duplicates of those keys are auto-acked.
+//
+// A follower: it answers 503 with Retry-After while the other two go on,
+// and catches up after healing; a request it forwarded to the leader just
+// as the link went dark is answered within seconds too.
+//
+// Needs root and iproute2 (skipped otherwise).
 
 #include <signal.h>
 
@@ -251,7 +258,7 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
     EXPECT_EQ(r->status, 200u) << id << ": " << r->body;
     EXPECT_EQ(r->header("X-Onceq-Node"), new_leader) << id;
   }
-  const long long first_write_ms = ms_since(cut_at);
+  const long long majority_writes_ms = ms_since(cut_at);
 
   // Keys committed while the old leader is cut off.
   const auto committed_during = consume_and_ack(majority, "w-during", "during", 15, 20s);
@@ -349,7 +356,152 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
   std::cout << "partition: " << answered.size() << " writes answered 2xx, "
             << committed_during.size() << " keys committed during the cut, " << duplicates.size()
             << " duplicates auto-acked; election " << election_ms
-            << " ms, first majority write done " << first_write_ms << " ms after the cut\n";
+            << " ms, 10 writes through the majority done " << majority_writes_ms
+            << " ms after the cut\n";
+}
+
+// A follower cut off from the other two: the leader and the other follower
+// go on taking writes; the cut-off follower, which cannot reach any leader,
+// answers 503 with Retry-After; after healing it catches up and nothing is
+// lost or doubled.
+TEST_F(cluster_partition, cut_off_follower_answers_503_and_the_other_two_go_on) {
+  ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
+  auto created = api_->send_retry(
+      api_->all(), "POST", "/v1/topics",
+      {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}, {"dedup_window_ms", 3'600'000}},
+      {}, 30s);
+  ASSERT_TRUE(created && (created->status == 201 || created->status == 200));
+  const std::string leader = cluster_->wait_for_leader(k_topic, 20s);
+  ASSERT_FALSE(leader.empty());
+  const int L = cluster_->index_of(leader);
+  const int F = (L + 1) % 3;
+  const std::vector<int> others = api_->all_but(F);
+
+  std::map<std::string, std::string> answered;
+  auto produce = [&](const std::vector<int>& nodes, const std::string& id) {
+    auto r = api_->send_retry(nodes, "POST", "/v1/produce",
+                              cluster_api::produce_body(k_topic, id, "k-" + id),
+                              cluster_api::produce_headers(id), 15s);
+    if (r && r->status == 200) answered[id] = "k-" + id;
+    return r;
+  };
+  for (int i = 0; i < 10; ++i) {
+    auto r = produce(api_->all(), "before-" + std::to_string(i));
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  }
+
+  lab_->isolate(F);
+  std::cout << "partition: follower " << cluster_->member(static_cast<std::size_t>(F)).id
+            << " cut off from the others\n";
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "during-" + std::to_string(i);
+    auto r = produce(others, id);
+    ASSERT_TRUE(r.has_value()) << id << ": no answer";
+    ASSERT_EQ(r->status, 200u) << id << ": " << r->body;
+    EXPECT_EQ(r->header("X-Onceq-Node"), leader) << id;
+  }
+  // Once it has noticed (no leader in its /v1/cluster, an election
+  // timeout or two), asked, the cut-off follower says at once that it
+  // cannot serve, and when to retry.
+  std::vector<std::string> seen;
+  const auto cut_at = std::chrono::steady_clock::now();
+  bool noticed = false;
+  while (!noticed && ms_since(cut_at) < 10'000) {
+    auto v = cluster_->status(static_cast<std::size_t>(F), 1s);
+    const auto* sh = v ? v->shard_of_topic(k_topic) : nullptr;
+    noticed = sh != nullptr && sh->leader.empty();
+    if (!noticed) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(noticed) << "the cut-off follower still names a leader 10 s after the cut";
+  std::cout << "partition: the cut-off follower names no leader " << ms_since(cut_at)
+            << " ms after the cut\n";
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = "to-follower-" + std::to_string(i);
+    const auto t = std::chrono::steady_clock::now();
+    auto r = api_->send(F, "POST", "/v1/produce", cluster_api::produce_body(k_topic, id, "k-" + id),
+                        cluster_api::produce_headers(id));
+    seen.push_back((r ? std::to_string(r->status) : std::string("no answer")) + " in " +
+                   std::to_string(ms_since(t)) + " ms");
+    ASSERT_TRUE(r.has_value()) << "the cut-off follower did not answer within 3 s";
+    EXPECT_EQ(r->status, 503u) << r->body;
+    EXPECT_FALSE(r->header("Retry-After").empty()) << r->body;
+    if (r->status == 200) answered[id] = "k-" + id;
+    std::this_thread::sleep_for(200ms);
+  }
+  std::string list;
+  for (const auto& x : seen) list += " [" + x + "]";
+  std::cout << "partition: the cut-off follower answered:" << list << "\n";
+
+  const auto healed_at = std::chrono::steady_clock::now();
+  lab_->heal();
+  auto lead = cluster_->status(static_cast<std::size_t>(L), 2s);
+  ASSERT_TRUE(lead && lead->shard_of_topic(k_topic) != nullptr);
+  const std::uint64_t target = lead->shard_of_topic(k_topic)->commit_index;
+  std::uint64_t applied = 0;
+  while (ms_since(healed_at) < 30'000 && applied < target) {
+    auto f = cluster_->status(static_cast<std::size_t>(F), 1s);
+    if (f && f->shard_of_topic(k_topic) != nullptr) {
+      applied = f->shard_of_topic(k_topic)->applied_index;
+    }
+    if (applied < target) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GE(applied, target) << "the follower did not catch up within 30 s of healing";
+  std::cout << "partition: healed; the follower applied the leader's commit index " << target
+            << " after " << ms_since(healed_at) << " ms\n";
+
+  std::vector<std::string> errors;
+  auto delivered = api_->drain(api_->all(), k_topic, k_group, 60s, errors);
+  EXPECT_TRUE(api_->drained());
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  for (const auto& [id, key] : answered) {
+    EXPECT_EQ(delivered[id], 1) << id << " (answered 2xx) delivered " << delivered[id] << " times";
+  }
+  for (const auto& [id, n] : delivered) EXPECT_LE(n, 1) << id << " delivered " << n << " times";
+}
+
+// A request that a follower forwards to the leader just as the link between
+// them goes dark: the follower must answer it (503, the leader being
+// unreachable) within seconds, as it answers once it has noticed, not hold
+// it for the forwarder's long-poll timeout.
+TEST_F(cluster_partition,
+       request_forwarded_as_the_leader_becomes_unreachable_is_answered_in_seconds) {
+  ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
+  auto created = api_->send_retry(api_->all(), "POST", "/v1/topics",
+                                  {{"name", k_topic}, {"partitions", 2}}, {}, 30s);
+  ASSERT_TRUE(created && (created->status == 201 || created->status == 200));
+  const std::string leader = cluster_->wait_for_leader(k_topic, 20s);
+  ASSERT_FALSE(leader.empty());
+  const int F = (cluster_->index_of(leader) + 1) % 3;
+  // Warm the follower's kept-alive connection to the leader.
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "warm-" + std::to_string(i);
+    auto r = api_->send_retry({F}, "POST", "/v1/produce",
+                              cluster_api::produce_body(k_topic, id, "k-" + id),
+                              cluster_api::produce_headers(id), 10s);
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    EXPECT_EQ(r->header("X-Onceq-Node"), leader);
+  }
+  lab_->isolate(F);
+  const auto cut_at = std::chrono::steady_clock::now();
+  host_client c(cluster_->member(static_cast<std::size_t>(F)).host,
+                cluster_->member(static_cast<std::size_t>(F)).http_port, 20s);
+  std::optional<http_response> r;
+  std::string error;
+  try {
+    r = c.post("/v1/produce", cluster_api::produce_body(k_topic, "cut", "k-cut"),
+               cluster_api::produce_headers("cut"));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const long long took = ms_since(cut_at);
+  std::cout << "partition: a request to " << cluster_->member(static_cast<std::size_t>(F)).id
+            << " as it was cut off from the leader answered after " << took << " ms: "
+            << (r ? std::to_string(r->status) + " " + r->body : "no answer (" + error + ")")
+            << "\n";
+  RecordProperty("forwarded_request_ms", std::to_string(took));
+  ASSERT_TRUE(r.has_value()) << "no answer within 20 s (" << error << ")";
+  EXPECT_LT(took, 10'000);
+  EXPECT_NE(r->status / 100, 2u) << "the leader is unreachable: " << r->body;
 }
 
 }  // namespace

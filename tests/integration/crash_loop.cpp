@@ -83,6 +83,12 @@ struct config {
   int cluster = 0;
   int leader_percent = 60;  // kills aimed at a topic's shard leader
   int down_max_ms = -1;     // -1: 100 alone, 1500 in a cluster
+
+  // The workload's topics (`topics` of them), set by the harness before the
+  // workload starts: topic_name(0..) alone; in a cluster, where placement
+  // hashes the name, the first names that land on distinct shards.
+  std::vector<std::string> topic_names;
+  const std::string& topic(int t) const { return topic_names.at(static_cast<std::size_t>(t)); }
 };
 
 // Topic t of the workload: "crash", "crash-1", "crash-2", ...
@@ -113,6 +119,9 @@ struct shared_state {
   // Each node's port, 0 while it is down (one entry without --cluster).
   std::vector<std::atomic<std::uint16_t>> ports;
   bool cluster = false;
+  // In a cluster, every answer names the node that applied it
+  // (X-Onceq-Node): one of these.
+  std::vector<std::string> node_ids;
   std::atomic<bool> stop_producing{false};
   std::atomic<bool> final_phase{false};  // consumers ack everything, long leases
   std::atomic<bool> stop_consuming{false};
@@ -161,6 +170,7 @@ class connection {
           client->request(method, target, body.is_null() ? std::string() : body.dump(), headers);
       if (r.status == 503) ++unavailable_;
       avoid_ = r.status == 503 ? static_cast<int>(i) : -1;
+      if (s_.cluster) check_headers(method, target, r);
       return r;
     } catch (const std::exception&) {
       client.reset();
@@ -172,15 +182,32 @@ class connection {
 
   std::size_t unavailable() const { return unavailable_; }
   std::size_t no_answer() const { return no_answer_; }
+  // Answers without the headers a cluster promises (first 20).
+  const std::vector<std::string>& bad_headers() const { return bad_headers_; }
 
  private:
   const shared_state& s_;
   std::mt19937_64 rng_;
   std::vector<std::unique_ptr<http_client>> clients_;
   std::vector<std::uint16_t> client_ports_;
+  void check_headers(std::string_view method, std::string_view target, const http_response& r) {
+    std::string why;
+    const std::string node = r.header("X-Onceq-Node");
+    if (r.status == 503) {
+      if (r.header("Retry-After").empty()) why = "503 without Retry-After";
+    } else if (std::find(s_.node_ids.begin(), s_.node_ids.end(), node) == s_.node_ids.end()) {
+      why = "X-Onceq-Node '" + node + "' names no node";
+    }
+    if (!why.empty() && bad_headers_.size() < 20) {
+      bad_headers_.push_back(why + ": " + std::string(method) + " " + std::string(target) + " " +
+                             std::to_string(r.status) + " " + r.body.substr(0, 200));
+    }
+  }
+
   int avoid_ = -1;
   std::size_t unavailable_ = 0;
   std::size_t no_answer_ = 0;
+  std::vector<std::string> bad_headers_;
 };
 
 bool retryable(unsigned status) {
@@ -238,7 +265,7 @@ class producer {
 
   void produce_one(const std::string& key, const std::string& id) {
     json body = message(key, id);
-    body["topic"] = topic_name(topic_);
+    body["topic"] = cfg_.topic(topic_);
     auto res = send_with_retries(body, id);
     if (!res) return;
     h_.produces.push_back({id,
@@ -251,7 +278,7 @@ class producer {
 
   void produce_batch(const std::string& key) {
     const std::string header = key + ".batch";
-    json body = {{"topic", topic_name(topic_)},
+    json body = {{"topic", cfg_.topic(topic_)},
                  {"messages", {message(key, header + "#0"), message(key, header + "#1")}}};
     auto res = send_with_retries(body, header);
     if (!res) return;
@@ -310,6 +337,7 @@ class consumer {
   consumer(int index, const config& cfg, shared_state& s)
       : index_(index),
         topic_(index % cfg.topics),
+        cfg_(cfg),
         rng_(cfg.seed * 7919 + 200 + index),
         s_(s),
         conn_(s, cfg.seed * 7919 + 400 + index) {}
@@ -318,7 +346,7 @@ class consumer {
     while (!s_.stop_consuming.load()) {
       const bool final_phase = s_.final_phase.load();
       const std::int64_t lease_ms = final_phase ? 5000 : 200 + pick(301);
-      json body = {{"topic", topic_name(topic_)}, {"group", k_group}, {"owner", owner()},
+      json body = {{"topic", cfg_.topic(topic_)}, {"group", k_group}, {"owner", owner()},
                    {"max_messages", 1 + pick(4)}, {"wait_ms", 100},   {"lease_ms", lease_ms}};
       const millis sent = now_ms();
       auto r = conn_.send("POST", "/v1/consume", body);
@@ -394,7 +422,7 @@ class consumer {
   void settle(settle_record::kind what, const std::vector<delivery_record>& ds, json extra) {
     const bool batch = ds.size() > 1;
     json body = std::move(extra);
-    body["topic"] = topic_name(topic_);
+    body["topic"] = cfg_.topic(topic_);
     body["group"] = k_group;
     body["owner"] = ds.front().owner;
     auto item = [](const delivery_record& d) {
@@ -468,6 +496,7 @@ class consumer {
 
   int index_;
   int topic_;
+  const config& cfg_;
   std::mt19937_64 rng_;
   shared_state& s_;
   connection conn_;
@@ -562,9 +591,9 @@ std::optional<config> parse_args(int argc, char** argv) {
 using getter = std::function<std::optional<http_response>(const std::string& target)>;
 
 // Group g's backlog and inflight are both 0 on every topic.
-bool drained(const getter& get, int topics) {
-  for (int t = 0; t < topics; ++t) {
-    auto r = get("/v1/topics/" + topic_name(t));
+bool drained(const getter& get, const config& cfg) {
+  for (int t = 0; t < cfg.topics; ++t) {
+    auto r = get("/v1/topics/" + cfg.topic(t));
     if (!r || r->status != 200) return false;
     auto j = r->json();
     if (!j.at("groups").contains(k_group)) return false;
@@ -582,15 +611,15 @@ bool drain(const getter& get, const config& cfg) {
   int quiet = 0;
   while (std::chrono::steady_clock::now() < drain_end && quiet < 3) {
     std::this_thread::sleep_for(300ms);
-    quiet = drained(get, cfg.topics) ? quiet + 1 : 0;
+    quiet = drained(get, cfg) ? quiet + 1 : 0;
   }
   return quiet >= 3;
 }
 
 // The topic of a key "p<producer>-<n>".
-std::string topic_of_key(const std::string& key, int topics) {
+const std::string& topic_of_key(const std::string& key, const config& cfg) {
   const int producer = std::stoi(key.substr(1, key.find('-') - 1));
-  return topic_name(producer % topics);
+  return cfg.topic(producer % cfg.topics);
 }
 
 // The producer and consumer threads.
@@ -643,6 +672,7 @@ class workload {
       for (auto& l : p->unexpected().lines) out.unexpected.push_back(std::move(l));
       out.unavailable += p->conn().unavailable();
       out.no_answer += p->conn().no_answer();
+      for (const auto& b : p->conn().bad_headers()) out.unexpected.push_back(b);
       out.longest_produce_wait_ms = std::max(out.longest_produce_wait_ms, p->longest_wait_ms());
     }
     for (auto& c : consumers_) {
@@ -651,6 +681,7 @@ class workload {
       for (auto& l : c->unexpected().lines) out.unexpected.push_back(std::move(l));
       out.unavailable += c->conn().unavailable();
       out.no_answer += c->conn().no_answer();
+      for (const auto& b : c->conn().bad_headers()) out.unexpected.push_back(b);
     }
     return out;
   }
@@ -737,14 +768,20 @@ int report(const config& cfg, workload::result& w, run_outcome& o, double elapse
 void read_keys(const history& h, const config& cfg, const getter& get, run_outcome& o) {
   std::set<std::string> wanted;
   for (const auto& p : h.produces) wanted.insert(p.key);
+  int failures_in_a_row = 0;
   for (const auto& k : wanted) {
-    auto r = get("/v1/keys?topic=" + topic_of_key(k, cfg.topics) +
-                 "&group=" + std::string(k_group) + "&key=" + k);
+    auto r = get("/v1/keys?topic=" + topic_of_key(k, cfg) + "&group=" + std::string(k_group) +
+                 "&key=" + k);
     if (!r || r->status != 200) {
       o.unexpected.push_back("GET /v1/keys " + k + ": " +
                              (r ? std::to_string(r->status) + " " + r->body : "no answer"));
+      if (++failures_in_a_row >= 5) {
+        o.unexpected.push_back("GET /v1/keys: gave up after 5 failures in a row");
+        return;
+      }
       continue;
     }
+    failures_in_a_row = 0;
     o.keys[k] = r->json().at("state").get<std::string>();
   }
 }
@@ -761,7 +798,8 @@ class stopwatch {
 
 // ---- one onceqd ------------------------------------------------------------
 
-int run_single(const config& cfg) {
+int run_single(config cfg) {
+  for (int t = 0; t < cfg.topics; ++t) cfg.topic_names.push_back(topic_name(t));
   const stopwatch clock;
   server_process::options opts;
   opts.onceqd_path = cfg.onceqd;
@@ -778,7 +816,7 @@ int run_single(const config& cfg) {
   s.ports[0] = server->port();
   for (int t = 0; t < cfg.topics; ++t) {
     http_client c(server->port(), k_client_timeout);
-    auto r = c.post("/v1/topics", {{"name", topic_name(t)},
+    auto r = c.post("/v1/topics", {{"name", cfg.topic(t)},
                                    {"partitions", 4},
                                    {"lease_ms", 300},
                                    {"dedup_window_ms", 3'600'000}});
@@ -890,7 +928,7 @@ std::string spread(std::vector<millis> v) {
          " ms";
 }
 
-int run_cluster(const config& cfg) {
+int run_cluster(config cfg) {
   const stopwatch clock;
   const auto n = static_cast<std::size_t>(cfg.cluster);
   std::unique_ptr<local_cluster> lc;
@@ -917,7 +955,10 @@ int run_cluster(const config& cfg) {
 
   shared_state s(n);
   s.cluster = true;
-  for (std::size_t i = 0; i < n; ++i) s.ports[i] = lc->member(i).http_port;
+  for (std::size_t i = 0; i < n; ++i) {
+    s.ports[i] = lc->member(i).http_port;
+    s.node_ids.push_back(lc->member(i).id);
+  }
 
   // The harness's own requests: any live node, retried on another after a
   // 503 or no answer until the deadline.
@@ -934,41 +975,42 @@ int run_cluster(const config& cfg) {
   };
   const getter get = [&](const std::string& target) { return ask("GET", target, nullptr, 30s); };
 
-  for (int t = 0; t < cfg.topics; ++t) {
-    auto r = ask("POST", "/v1/topics",
-                 {{"name", topic_name(t)},
-                  {"partitions", 4},
-                  {"lease_ms", 300},
-                  {"dedup_window_ms", 3'600'000}},
-                 30s);
-    // 200: an earlier attempt without answer had created it.
-    if (!r || (r->status != 201 && r->status != 200)) {
-      return setup_failure("create topic " + topic_name(t) + ": " +
-                           (r ? std::to_string(r->status) + " " + r->body : "no answer"));
-    }
-  }
-  // Each topic on its own shard while there are shards enough (as alone).
-  // A follower lists a topic once it applied its creation: poll.
+  // The topics. Placement hashes the name: while there are shards enough,
+  // candidates topic_name(0), (1), ... are created until each workload
+  // topic has a shard of its own (a candidate on a taken shard stays
+  // unused and empty). A follower lists a topic once it applied its
+  // creation: poll.
   {
-    std::string last;
-    std::optional<cluster_status> st;
-    bool listed = false;
-    for (int attempt = 0; attempt < 100 && !listed; ++attempt) {
-      if (attempt > 0) std::this_thread::sleep_for(100ms);
-      auto r = get("/v1/cluster");
-      st = r ? parse_cluster_status(*r) : std::nullopt;
-      last = r ? r->body : "no answer";
-      listed = st.has_value();
-      for (int t = 0; t < cfg.topics && listed; ++t) {
-        listed = st->shard_of_topic(topic_name(t)) != nullptr;
-      }
-    }
-    if (!listed) return setup_failure("GET /v1/cluster lists a topic on no shard: " + last);
     std::set<unsigned> used;
-    for (int t = 0; t < std::min(cfg.shards, cfg.topics); ++t) {
-      if (!used.insert(st->shard_of_topic(topic_name(t))->shard).second) {
-        return setup_failure("topics share a shard: " + last);
+    const int distinct = std::min(cfg.shards, cfg.topics);
+    for (int cand = 0;
+         static_cast<int>(cfg.topic_names.size()) < cfg.topics && cand < cfg.topics + 40; ++cand) {
+      const std::string name = topic_name(cand);
+      auto r = ask(
+          "POST", "/v1/topics",
+          {{"name", name}, {"partitions", 4}, {"lease_ms", 300}, {"dedup_window_ms", 3'600'000}},
+          30s);
+      // 200: an earlier attempt without answer had created it.
+      if (!r || (r->status != 201 && r->status != 200)) {
+        return setup_failure("create topic " + name + ": " +
+                             (r ? std::to_string(r->status) + " " + r->body : "no answer"));
       }
+      std::optional<unsigned> shard;
+      std::string last;
+      for (int attempt = 0; attempt < 100 && !shard; ++attempt) {
+        if (attempt > 0) std::this_thread::sleep_for(100ms);
+        auto c = get("/v1/cluster");
+        auto st = c ? parse_cluster_status(*c) : std::nullopt;
+        last = c ? c->body : "no answer";
+        if (const auto* sh = st ? st->shard_of_topic(name) : nullptr) shard = sh->shard;
+      }
+      if (!shard) return setup_failure("GET /v1/cluster lists " + name + " on no shard: " + last);
+      if (static_cast<int>(cfg.topic_names.size()) < distinct && used.count(*shard) > 0) continue;
+      used.insert(*shard);
+      cfg.topic_names.push_back(name);
+    }
+    if (static_cast<int>(cfg.topic_names.size()) < cfg.topics) {
+      return setup_failure("no " + std::to_string(cfg.topics) + " topic names on distinct shards");
     }
   }
 
@@ -1030,7 +1072,7 @@ int run_cluster(const config& cfg) {
         cfg.kill_min_ms +
         static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
     std::this_thread::sleep_for(std::chrono::milliseconds(up));
-    const std::string topic = topic_name(static_cast<int>(rng() % cfg.topics));
+    const std::string topic = cfg.topic(static_cast<int>(rng() % cfg.topics));
     const bool aim_at_leader = static_cast<int>(rng() % 100) < cfg.leader_percent;
     const std::string leader = lc->leader_of(topic);
     const int li = lc->index_of(leader);
@@ -1060,7 +1102,7 @@ int run_cluster(const config& cfg) {
   // One more kill, of the leader, before reading the keys: the commits must
   // survive it too.
   if (setup_error.empty()) {
-    const std::string topic = topic_name(0);
+    const std::string topic = cfg.topic(0);
     const std::string leader = lc->leader_of(topic);
     const int li = lc->index_of(leader);
     if (kill_and_restart(li >= 0 ? static_cast<std::size_t>(li) : 0, leader, topic)) {

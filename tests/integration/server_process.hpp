@@ -6,8 +6,9 @@
 // destructor kills a still-running server and removes the directory, also
 // when the test failed (and then prints the tail of the server's stderr).
 //
-// A cluster node is the same with other options: listen_args empty and
-// "--cluster FILE --node-id ID" in extra_args, a ready_probe asking
+// A cluster node is the same with other options (cluster_support.hpp):
+// listen_args "--cluster FILE --node-id ID" instead of --listen, a
+// ready_probe asking
 // /v1/cluster instead of /v1/healthz, and (for a node in a network
 // namespace) a command_prefix "ip netns exec NS": ip execs onceqd in place,
 // so pid() is still onceqd's own.
@@ -39,8 +40,8 @@ class server_process {
     // fresh one inside the temp root (removed with it).
     std::string data_dir;
     bool tls = false;  // extra_args make it serve HTTPS: check readiness over TLS
-    // What tells onceqd where to listen; empty for a cluster node (its
-    // cluster file says). Default: {"--listen", "127.0.0.1:0"}.
+    // What tells onceqd where to listen ({"--cluster", FILE, "--node-id",
+    // ID} for a cluster node). Default: {"--listen", "127.0.0.1:0"}.
     std::vector<std::string> listen_args = {"--listen", "127.0.0.1:0"};
     // Run before the server binary (argv[0] an absolute path), e.g.
     // {"/usr/sbin/ip", "netns", "exec", "oq123n1"}. Default: none.
