@@ -63,7 +63,8 @@ class shard {
  public:
   // b and store belong to this shard alone; all three outlive it. log: the
   // shard's replicated log in a cluster (then b is its replica's broker and
-  // store its store, both touched only by the log's thread), else null.
+  // store its store, both touched only by the log's thread), else null; it
+  // must stop calling back (raft_node::stop) before the shard is destroyed.
   shard(std::uint32_t id, broker& b, storage::store& store, const clock& time,
         shard_options opts = {}, shard_log* log = nullptr);
   ~shard();  // stop()

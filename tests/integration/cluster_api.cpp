@@ -129,4 +129,24 @@ json cluster_api::ack_body(std::string_view topic, std::string_view group, std::
   return body;
 }
 
+::testing::AssertionResult cluster_api::create_topic(std::string_view topic, std::string_view group,
+                                                     const nlohmann::json& settings) {
+  nlohmann::json body = {{"name", topic}, {"partitions", 2}, {"lease_ms", 10000}};
+  body.update(settings);
+  auto created = send_retry(all(), "POST", "/v1/topics", body, {}, std::chrono::seconds(30));
+  if (!created || (created->status != 201 && created->status != 200)) {
+    return ::testing::AssertionFailure()
+           << "create " << topic << ": " << (created ? created->body : "no answer");
+  }
+  if (group.empty()) return ::testing::AssertionSuccess();
+  auto consumed = send_retry(
+      all(), "POST", "/v1/consume",
+      {{"topic", topic}, {"group", group}, {"owner", "init"}, {"max_messages", 1}, {"wait_ms", 0}});
+  if (!consumed || consumed->status != 200) {
+    return ::testing::AssertionFailure()
+           << "first consume of " << topic << ": " << (consumed ? consumed->body : "no answer");
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace onceq::itest

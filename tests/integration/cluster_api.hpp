@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster_http.hpp"
@@ -46,6 +47,14 @@ class cluster_api {
       const nlohmann::json& body = nullptr, const header_list& headers = {},
       std::chrono::milliseconds limit = std::chrono::seconds(20));
   int last_node() const { return last_node_; }
+
+  // Creates topic (2 partitions, 10 s leases, then `settings`' fields)
+  // through any node, retrying through elections; with a group, makes the
+  // group exist too (one consume of nothing), so that nothing acked later
+  // may go before the group is known.
+  ::testing::AssertionResult create_topic(
+      std::string_view topic, std::string_view group = {},
+      const nlohmann::json& settings = nlohmann::json::object());
 
   // Consumes through `nodes` (lease 10 s) and acks every message, until
   // the group's backlog and inflight are 0 in three checks in a row or

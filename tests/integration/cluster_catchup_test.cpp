@@ -35,11 +35,6 @@ using namespace std::chrono_literals;
 constexpr std::string_view k_topic = "cu";
 constexpr std::string_view k_group = "g";
 
-long long ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
-      .count();
-}
-
 class cluster_catchup : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -75,18 +70,7 @@ class cluster_catchup : public ::testing::Test {
 
 TEST_F(cluster_catchup, follower_far_behind_catches_up_by_snapshot_and_then_carries_writes) {
   ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty());
-  auto created =
-      api_->send_retry(api_->all(), "POST", "/v1/topics",
-                       {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}}, {}, 30s);
-  ASSERT_TRUE(created && (created->status == 201 || created->status == 200));
-  ASSERT_EQ(api_->send_retry(api_->all(), "POST", "/v1/consume",
-                             {{"topic", k_topic},
-                              {"group", k_group},
-                              {"owner", "init"},
-                              {"max_messages", 1},
-                              {"wait_ms", 0}})
-                ->status,
-            200u);
+  ASSERT_TRUE(api_->create_topic(k_topic, k_group));
   const std::string leader = cluster_->wait_for_leader(k_topic, 20s);
   ASSERT_FALSE(leader.empty());
   const int L = cluster_->index_of(leader);

@@ -39,11 +39,6 @@ constexpr std::string_view k_topic = "df";
 constexpr std::string_view k_group = "g";
 constexpr int k_full = 2;  // the member whose disk fills up
 
-long long ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
-      .count();
-}
-
 class cluster_disk_full : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -114,18 +109,7 @@ class cluster_disk_full : public ::testing::Test {
 
 TEST_F(cluster_disk_full, follower_with_a_full_disk_does_not_stop_the_other_two) {
   ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty());
-  auto created =
-      api_->send_retry(api_->all(), "POST", "/v1/topics",
-                       {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}}, {}, 30s);
-  ASSERT_TRUE(created && (created->status == 201 || created->status == 200));
-  ASSERT_EQ(api_->send_retry(api_->all(), "POST", "/v1/consume",
-                             {{"topic", k_topic},
-                              {"group", k_group},
-                              {"owner", "init"},
-                              {"max_messages", 1},
-                              {"wait_ms", 0}})
-                ->status,
-            200u);
+  ASSERT_TRUE(api_->create_topic(k_topic, k_group));
   // The node on the tmpfs must be a follower: if it leads, kill it and let
   // the others elect.
   std::string leader = cluster_->wait_for_leader(k_topic, 20s);

@@ -44,11 +44,6 @@ using namespace std::chrono_literals;
 constexpr std::string_view k_topic = "part";
 constexpr std::string_view k_group = "g";
 
-long long ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
-      .count();
-}
-
 class cluster_partition : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -162,21 +157,8 @@ class cluster_partition : public ::testing::Test {
 
 TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_nothing_is_lost) {
   ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
-  auto created = api_->send_retry(
-      api_->all(), "POST", "/v1/topics",
-      {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}, {"dedup_window_ms", 3'600'000}},
-      {}, 30s);
-  ASSERT_TRUE(created.has_value());
-  ASSERT_TRUE(created->status == 201 || created->status == 200) << created->body;
   // The group exists before anything is acked (an acked message may go).
-  ASSERT_EQ(api_->send_retry(api_->all(), "POST", "/v1/consume",
-                             {{"topic", k_topic},
-                              {"group", k_group},
-                              {"owner", "init"},
-                              {"max_messages", 1},
-                              {"wait_ms", 0}})
-                ->status,
-            200u);
+  ASSERT_TRUE(api_->create_topic(k_topic, k_group, {{"dedup_window_ms", 3'600'000}}));
 
   const std::string old_leader = cluster_->wait_for_leader(k_topic, 20s);
   ASSERT_FALSE(old_leader.empty());
@@ -366,11 +348,7 @@ TEST_F(cluster_partition, cut_off_leader_takes_no_writes_majority_elects_and_not
 // lost or doubled.
 TEST_F(cluster_partition, cut_off_follower_answers_503_and_the_other_two_go_on) {
   ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "no leader 30 s after the start";
-  auto created = api_->send_retry(
-      api_->all(), "POST", "/v1/topics",
-      {{"name", k_topic}, {"partitions", 2}, {"lease_ms", 10000}, {"dedup_window_ms", 3'600'000}},
-      {}, 30s);
-  ASSERT_TRUE(created && (created->status == 201 || created->status == 200));
+  ASSERT_TRUE(api_->create_topic(k_topic, {}, {{"dedup_window_ms", 3'600'000}}));
   const std::string leader = cluster_->wait_for_leader(k_topic, 20s);
   ASSERT_FALSE(leader.empty());
   const int L = cluster_->index_of(leader);

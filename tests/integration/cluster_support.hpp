@@ -27,6 +27,12 @@
 
 namespace onceq::itest {
 
+// Milliseconds since t (steady clock).
+inline long long ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
 struct cluster_member {
   std::string id;               // "n1"
   std::string host;             // "127.0.0.1": its http and raft listen here
