@@ -21,15 +21,13 @@ struct shard::waiter {
   // Cluster: a consume_after_acks entry's answer, taken apart (the acks go
   // into done, the deliveries are returned).
   std::function<std::vector<delivery>(result<consume_after_acks_reply>)> on_acked{};
-  bool proposing = false;  // cluster: a consume entry of this waiter is in flight
-  bool retried = false;    // cluster: its first entry was applied
+  bool retried = false;  // cluster: its first entry was applied
 };
 
 struct shard::key_waiter {
   key_query q;
   std::chrono::steady_clock::time_point deadline;
   std::function<void(result<key_info>)> done;
-  bool reading = false;  // cluster: a read of the key is in flight
 };
 
 }  // namespace onceq
