@@ -12,7 +12,7 @@ using bhttp::status;
 
 // Indexed by the errc value: adding a code means adding a row here, and the
 // unit test checks that every row sits at its own index.
-constexpr std::array<error_entry, 12> k_table = {{
+constexpr std::array<error_entry, 13> k_table = {{
     {errc::ok, status::ok},
     {errc::invalid_argument, status::bad_request},
     {errc::unauthenticated, status::unauthorized},
@@ -25,6 +25,7 @@ constexpr std::array<error_entry, 12> k_table = {{
     {errc::resource_exhausted, status::too_many_requests},
     {errc::unavailable, status::service_unavailable},
     {errc::internal, status::internal_server_error},
+    {errc::would_block, status::service_unavailable},
 }};
 
 }  // namespace

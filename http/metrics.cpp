@@ -205,35 +205,39 @@ void render_storage_metrics(std::string& out, const storage::store_health& h) {
 }
 
 void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards) {
-  auto it = std::back_inserter(out);
-  append_family(out, "onceq_shard_writable", "gauge",
-                "1 when the shard's store accepts writes; 0 during a storage fault, while "
-                "the shard's topics answer 503.");
-  for (const auto& s : shards) {
-    fmt::format_to(it, "onceq_shard_writable{{shard=\"{}\"}} {}\n", s.id,
-                   s.health.writable ? 1 : 0);
-  }
-  append_family(out, "onceq_shard_queue_depth", "gauge",
-                "Commands posted to the shard's loop from other loops, not run yet.");
-  for (const auto& s : shards) {
-    fmt::format_to(it, "onceq_shard_queue_depth{{shard=\"{}\"}} {}\n", s.id, s.queue_depth);
-  }
-  append_family(out, "onceq_shard_topics", "gauge", "Topics placed on the shard (DLQs included).");
-  for (const auto& s : shards) {
-    fmt::format_to(it, "onceq_shard_topics{{shard=\"{}\"}} {}\n", s.id, s.topics);
-  }
-  append_family(out, "onceq_shard_write_stalls_total", "counter",
-                "Writes the shard's loop had to wait for because RocksDB stalled writes "
-                "(flushes or compactions behind).");
-  for (const auto& s : shards) {
-    fmt::format_to(it, "onceq_shard_write_stalls_total{{shard=\"{}\"}} {}\n", s.id, s.write_stalls);
-  }
-  append_family(out, "onceq_shard_loop_iterations_total", "counter",
-                "Iterations of the shard's event loop (each ends with at most one WAL sync).");
-  for (const auto& s : shards) {
-    fmt::format_to(it, "onceq_shard_loop_iterations_total{{shard=\"{}\"}} {}\n", s.id,
-                   s.iterations);
-  }
+  // One family, one series per shard: value(s) of each shard's gauges.
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help,
+                    auto value) {
+    append_family(out, name, type, help);
+    for (const auto& s : shards) {
+      fmt::format_to(std::back_inserter(out), "{}{{shard=\"{}\"}} {}\n", name, s.id, value(s));
+    }
+  };
+  using g = const shard_gauges&;
+  family("onceq_shard_writable", "gauge",
+         "1 when the shard's store accepts writes; 0 during a storage fault, while "
+         "the shard's topics answer 503.",
+         [](g s) { return s.health.writable ? 1 : 0; });
+  family("onceq_shard_queue_depth", "gauge",
+         "Commands posted to the shard's loop from other loops, not run yet.",
+         [](g s) { return s.queue_depth; });
+  family("onceq_shard_topics", "gauge", "Topics placed on the shard (DLQs included).",
+         [](g s) { return s.topics; });
+  family("onceq_shard_write_stalls_total", "counter",
+         "Writes the shard's loop had to wait for because RocksDB stalled writes "
+         "(flushes or compactions behind).",
+         [](g s) { return s.write_stalls; });
+  family("onceq_shard_disk_reads_total", "counter",
+         "Commands whose reads needed the disk: read on the shard's reader thread, "
+         "then run again on its loop.",
+         [](g s) { return s.disk_reads; });
+  family("onceq_shard_loop_disk_reads_total", "counter",
+         "Commands that read from the disk on the shard's loop (evicted again after "
+         "the reader's read, or while stopping).",
+         [](g s) { return s.loop_disk_reads; });
+  family("onceq_shard_loop_iterations_total", "counter",
+         "Iterations of the shard's event loop (each ends with at most one WAL sync).",
+         [](g s) { return s.iterations; });
 }
 
 void render_connection_metrics(std::string& out, const connection_stats& s) {

@@ -78,13 +78,17 @@ void render_storage_metrics(std::string& out, const storage::store_health& h);
 struct shard_gauges {
   std::uint32_t id = 0;
   storage::store_health health;
-  std::size_t queue_depth = 0;     // commands posted from other loops, not run yet
-  std::size_t topics = 0;          // topics placed on it (DLQs included)
-  std::uint64_t iterations = 0;    // loop iterations so far
-  std::uint64_t write_stalls = 0;  // writes the loop waited for in a storage write stall
+  std::size_t queue_depth = 0;        // commands posted from other loops, not run yet
+  std::size_t topics = 0;             // topics placed on it (DLQs included)
+  std::uint64_t iterations = 0;       // loop iterations so far
+  std::uint64_t write_stalls = 0;     // writes the loop waited for in a storage write stall
+  std::uint64_t disk_reads = 0;       // commands whose reads went to the reader thread
+  std::uint64_t loop_disk_reads = 0;  // of those, run again reading from the disk on the loop
 };
-// onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics and
-// onceq_shard_loop_iterations_total, one series per shard.
+// onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics,
+// onceq_shard_write_stalls_total, onceq_shard_disk_reads_total,
+// onceq_shard_loop_disk_reads_total and onceq_shard_loop_iterations_total,
+// one series per shard.
 void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards);
 
 // Escapes a Prometheus label value (\\, \" and \n).

@@ -160,8 +160,8 @@ asio::awaitable<reply> router::prometheus(call& c) {
   std::optional<storage::sync_stats> wal;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const shard& s = shards_.at(i);
-    gauges.push_back(
-        {s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(), s.write_stalls()});
+    gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(),
+                      s.write_stalls(), s.disk_reads(), s.loop_disk_reads()});
     if (!gauges.back().health.writable) all = gauges.back().health;
     // Omitted for a store without a WAL (the in-memory store of the tests).
     if (auto w = s.wal_sync_stats()) {

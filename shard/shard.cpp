@@ -24,11 +24,15 @@ constexpr auto k_resume_every = std::chrono::milliseconds(500);
 // Cluster: how often the loop looks whether this node leads (it then
 // proposes the ticks).
 constexpr auto k_replicated_idle_wait = std::chrono::milliseconds(50);
+// Runs of a request's command with reads from memory before one that may
+// read from the disk on the loop (run_reading): each miss first goes to the
+// reader thread, so only a command evicted twice in a row waits here.
+constexpr int k_memory_tries = 3;
 }  // namespace
 
 shard::shard(std::uint32_t id, broker& b, storage::store& store, const clock& time,
              shard_options opts, shard_log* log)
-    : id_(id), broker_(b), store_(store), clock_(time), opts_(opts), log_(log) {
+    : id_(id), broker_(b), store_(store), clock_(time), opts_(opts), reader_(store, id), log_(log) {
   if (log_ != nullptr) {
     log_->on_applied([this](log_tag tag, std::string_view topic) { on_applied(tag, topic); });
   }
@@ -48,6 +52,13 @@ void shard::start() {
   // had to wait for (onceq_shard_write_stalls_total). In a cluster the
   // log's thread writes it.
   if (log_ == nullptr) store_.watch_write_stalls();
+  // A request's reads come from memory; what needs the disk is read on the
+  // reader thread (run_reading). In a cluster the broker is read where the
+  // log applies it, not here.
+  if (log_ == nullptr) {
+    reader_.start();
+    reading_from_memory_ = true;
+  }
   thread_ = std::thread([this] {
     // For top -H, perf, gdb.
     pthread_setname_np(pthread_self(), fmt::format("onceq-shard-{}", id_).substr(0, 15).c_str());
@@ -66,6 +77,9 @@ void shard::drain() {
 
 void shard::stop() {
   drain();
+  // The reader answers what it holds first (posted to the loop, which runs
+  // those commands again with reads from the disk), then stops.
+  reader_.stop();
   if (!thread_.joinable()) return;
   stop_loop_.store(true);
   asio::post(io_, [] {});  // wakes the loop
@@ -134,16 +148,48 @@ void shard::consume(consume_cmd cmd, millis wait_ms,
 }
 
 void shard::consume_now(broker& b, std::shared_ptr<waiter> w, millis wait_ms) {
-  auto r = b.consume(w->cmd);
-  if (r.ok() && r->empty() && wait_ms > 0) {
-    waiters_.push_back(std::move(w));
+  run_reading([this, &b, w = std::move(w), wait_ms]() {
+    auto r = b.consume(w->cmd);
+    if (would_block(r)) return false;
+    if (r.ok() && r->empty() && wait_ms > 0) {
+      waiters_.push_back(w);
+      return true;
+    }
+    if (w->wrote && r.ok()) {
+      answer_when_durable(std::move(r), std::move(w->done));
+    } else {
+      answer_durable(std::move(r), std::move(w->done));
+    }
+    return true;
+  });
+}
+
+void shard::read_then_retry(std::function<bool()> step, int tries) {
+  auto misses = store_.take_read_misses();
+  auto held = std::make_shared<std::function<bool()>>(std::move(step));
+  const bool queued = !misses.empty() && reader_.read(std::move(misses), [this, held, tries] {
+    asio::post(io_, [this, held, tries] { retry_reading(std::move(*held), tries); });
+  });
+  if (!queued) {
+    // Nothing to read ahead of it (a store that blocked without saying on
+    // what), or the reader is stopping: the disk is read here, on the loop.
+    loop_disk_reads_.fetch_add(1, std::memory_order_relaxed);
+    (*held)();
+  }
+}
+
+void shard::retry_reading(std::function<bool()> step, int tries) {
+  if (tries + 1 >= k_memory_tries || !reader_.running()) {
+    loop_disk_reads_.fetch_add(1, std::memory_order_relaxed);
+    step();  // reads may wait: it ends here
     return;
   }
-  if (w->wrote && r.ok()) {
-    answer_when_durable(std::move(r), std::move(w->done));
-  } else {
-    answer_durable(std::move(r), std::move(w->done));
+  bool done = false;
+  {
+    memory_reads_scope scope(store_);
+    done = step();
   }
+  if (!done) read_then_retry(std::move(step), tries + 1);
 }
 
 void shard::consume_after_acks(ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
@@ -204,15 +250,19 @@ void shard::wait_key(key_query q, millis wait_ms, std::function<void(result<key_
   auto rej = [w](error e) { w->done(std::move(e)); };
   post_job(
       [this, w, wait_ms](broker& b) {
-        auto r = b.get_key(w->q);
-        if (r.ok() && r->st != key_info::state::committed && wait_ms > 0) {
-          key_waiters_.push_back(w);
-          return;
-        }
-        // The state shown may come from a write of this very iteration (an
-        // ack that committed the key): answered only once that write is
-        // durable.
-        answer_when_durable(std::move(r), std::move(w->done));
+        run_reading([this, w, wait_ms, &b]() {
+          auto r = b.get_key(w->q);
+          if (would_block(r)) return false;
+          if (r.ok() && r->st != key_info::state::committed && wait_ms > 0) {
+            key_waiters_.push_back(w);
+            return true;
+          }
+          // The state shown may come from a write of this very iteration
+          // (an ack that committed the key): answered only once that write
+          // is durable.
+          answer_when_durable(std::move(r), std::move(w->done));
+          return true;
+        });
       },
       std::move(rej));
 }

@@ -50,6 +50,7 @@
 
 #include "broker/broker.hpp"
 #include "shard/commands.hpp"
+#include "shard/disk_reader.hpp"
 #include "shard/shard_log.hpp"
 
 namespace onceq {
@@ -104,13 +105,17 @@ class shard {
     auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
     post_job(
         [this, fn = std::move(fn), shared_done](broker& b) mutable {
-          auto r = fn(b);
-          if (!r.ok()) {
-            (*shared_done)(std::move(r));
-            return;
-          }
-          answer_when_durable(std::move(r),
-                              [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
+          run_reading([this, fn = std::move(fn), shared_done, &b]() {
+            auto r = fn(b);
+            if (would_block(r)) return false;
+            if (!r.ok()) {
+              (*shared_done)(std::move(r));
+              return true;
+            }
+            answer_when_durable(std::move(r),
+                                [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
+            return true;
+          });
         },
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
@@ -187,6 +192,14 @@ class shard {
   // Loop iterations so far and those that ended with a sync (metrics).
   std::uint64_t iterations() const noexcept { return iterations_.load(std::memory_order_relaxed); }
 
+  // Commands whose reads needed the disk (metrics): handed to the reader
+  // thread, and of those, run again on the loop with reads that may wait
+  // (after k_memory_tries tries, or while stopping).
+  std::uint64_t disk_reads() const noexcept { return reader_.reads(); }
+  std::uint64_t loop_disk_reads() const noexcept {
+    return loop_disk_reads_.load(std::memory_order_relaxed);
+  }
+
  private:
   struct waiter;
   struct key_waiter;
@@ -221,6 +234,40 @@ class shard {
   void wake_replicated();
   void end_replicated_iteration();
   void expire_replicated_waiters(bool all);
+
+  // Loop: runs step, a request's command that returns false when a read
+  // would have waited for the disk (errc::would_block; its txn was dropped,
+  // so it changed nothing), with the store reading from memory only. On
+  // false the reader thread reads what it missed into memory and the step
+  // runs again on the loop; its k_memory_tries-th run reads from the disk
+  // on the loop, so a command evicted again and again still ends. Without
+  // a running reader (a cluster's shard, a stopping one) step just runs.
+  template <class Step>
+  void run_reading(Step step) {
+    if (!reading_from_memory_) {
+      step();
+      return;
+    }
+    bool done = false;
+    {
+      memory_reads_scope scope(store_);
+      done = step();
+    }
+    if (!done) read_then_retry(std::function<bool()>(std::move(step)), 1);
+  }
+  template <class T>
+  static bool would_block(const result<T>& r) {
+    return !r.ok() && r.code() == errc::would_block;
+  }
+  struct memory_reads_scope {
+    explicit memory_reads_scope(storage::store& s) : store(s) { store.memory_reads(true); }
+    ~memory_reads_scope() { store.memory_reads(false); }
+    memory_reads_scope(const memory_reads_scope&) = delete;
+    memory_reads_scope& operator=(const memory_reads_scope&) = delete;
+    storage::store& store;
+  };
+  void read_then_retry(std::function<bool()> step, int tries);
+  void retry_reading(std::function<bool()> step, int tries);
 
   using job = std::function<void(broker&)>;
   using reject = std::function<void(error)>;
@@ -275,6 +322,11 @@ class shard {
   std::atomic<bool> stop_loop_{false};
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::uint64_t> iterations_{0};
+  // Reads that need the disk (run_reading); started with the loop, single
+  // node only.
+  disk_reader reader_;
+  bool reading_from_memory_ = false;  // loop only; set before the loop starts
+  std::atomic<std::uint64_t> loop_disk_reads_{0};
 
   // Loop only.
   std::vector<std::shared_ptr<waiter>> waiters_;

@@ -62,6 +62,9 @@ class applied_index_store final : public store {
   std::optional<sync_stats> wal_sync_stats() const override { return inner_.wal_sync_stats(); }
   void watch_write_stalls() override { inner_.watch_write_stalls(); }
   std::uint64_t write_stalls() const override { return inner_.write_stalls(); }
+  void memory_reads(bool on) override { inner_.memory_reads(on); }
+  read_misses take_read_misses() override { return inner_.take_read_misses(); }
+  void warm(const read_misses& m) override { inner_.warm(m); }
 
  private:
   store& inner_;

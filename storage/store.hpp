@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "storage/base/result.hpp"
@@ -18,6 +19,19 @@ namespace onceq::storage {
 struct store_health {
   bool writable = true;
   std::string reason;  // why not writable; "" when writable
+};
+
+// Reads that answered errc::would_block while store::memory_reads was on:
+// what store::warm must bring into memory for them to succeed.
+struct read_misses {
+  struct range {
+    column col;
+    std::string begin, end;  // [begin, end)
+    bool from_end = false;   // last_key: the range's end is what is read
+  };
+  std::vector<std::pair<column, std::string>> keys;  // get, multi_get
+  std::vector<range> ranges;                         // scan, last_key
+  bool empty() const noexcept { return keys.empty() && ranges.empty(); }
 };
 
 // What store::resume() had to do to clear a fault.
@@ -103,6 +117,21 @@ class store {
   virtual void watch_write_stalls() {}
   // Writes that stalled so far (for metrics). Any thread.
   virtual std::uint64_t write_stalls() const { return 0; }
+
+  // Reads from memory only (RocksDB's kBlockCacheTier: memtables and the
+  // block cache). While on, get, multi_get, scan and last_key never wait
+  // for the disk: a read that would answers errc::would_block and is kept
+  // for take_read_misses(). The shard turns it on around a request's
+  // command, so that its loop does not wait on a read. Default: nothing (a
+  // store whose reads never wait).
+  virtual void memory_reads(bool on) { (void)on; }
+  // The reads that answered errc::would_block since the last call.
+  virtual read_misses take_read_misses() { return {}; }
+  // Reads m from the disk into memory, so that the same reads from memory
+  // then succeed (unless evicted meanwhile). The one call that may run on
+  // another thread (the shard's reader) while the loop uses the store; it
+  // may wait for the disk. Errors are swallowed: the read is made again.
+  virtual void warm(const read_misses& m) { (void)m; }
 };
 
 }  // namespace onceq::storage

@@ -28,6 +28,8 @@ std::string_view to_string(errc code) noexcept {
       return "UNAVAILABLE";
     case errc::internal:
       return "INTERNAL";
+    case errc::would_block:
+      return "UNAVAILABLE";
   }
   return "INTERNAL";
 }

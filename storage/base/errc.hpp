@@ -21,6 +21,11 @@ enum class errc : int {
   resource_exhausted = 9,
   unavailable = 10,
   internal = 11,
+  // A read from memory only (store::memory_reads) that would have waited
+  // for the disk. Never leaves the shard: it reads the data into memory on
+  // its reader thread and runs the command again (shard/shard.hpp). Should
+  // one escape, it reads as UNAVAILABLE (503), a retry being right.
+  would_block = 12,
 };
 
 // Wire name of a code, e.g. "INVALID_ARGUMENT".

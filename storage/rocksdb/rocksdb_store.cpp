@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -333,6 +334,12 @@ struct rocksdb_store::impl {
   // close and reopen db_. Guards synced_writes_.
   std::mutex db_mu_;
   std::uint64_t synced_writes_ = 0;
+  // Held shared by warm() (the shard's reader thread) and exclusively by
+  // resume() and the destructor around closing and reopening db_.
+  std::shared_mutex open_mu_;
+  // memory_reads(): reads from the block cache only, and the misses (loop).
+  bool memory_reads_ = false;
+  read_misses misses_;
   std::atomic<bool> watch_stalls_{false};       // watch_write_stalls()
   std::atomic<std::uint64_t> write_stalls_{0};  // writes that stalled
   bool sync_failed_ = false;                    // a SyncWAL failed; cleared by resume() (db_mu_)
@@ -389,6 +396,16 @@ struct rocksdb_store::impl {
 
   // What every refused write, failed callback and read without a database
   // answers while not writable.
+  // A read's options: from memory only while memory_reads_ is on.
+  rocksdb::ReadOptions read_options() const {
+    rocksdb::ReadOptions ro;
+    if (memory_reads_) ro.read_tier = rocksdb::kBlockCacheTier;
+    return ro;
+  }
+
+  // A read from memory only that needed the disk: kept for warm().
+  error would_block() const { return make_error(errc::would_block, "the read needs the disk"); }
+
   error fault_error() const {
     error e = make_error(errc::unavailable, "storage is not writable: " + health().reason);
     e.retry_after_ms = k_fault_retry_after_ms;
@@ -802,7 +819,11 @@ result<std::string> lookup_result(const rocksdb::Status& s, std::string_view val
 result<std::string> rocksdb_store::get(column c, std::string_view key) {
   if (!p_->db_) return p_->fault_error();
   rocksdb::PinnableSlice value;
-  const rocksdb::Status s = p_->db_->Get(rocksdb::ReadOptions(), p_->cf(c), to_slice(key), &value);
+  const rocksdb::Status s = p_->db_->Get(p_->read_options(), p_->cf(c), to_slice(key), &value);
+  if (s.IsIncomplete() && p_->memory_reads_) {
+    p_->misses_.keys.emplace_back(c, std::string(key));
+    return p_->would_block();
+  }
   return lookup_result(s, to_view(value));
 }
 
@@ -815,12 +836,19 @@ std::vector<result<std::string>> rocksdb_store::multi_get(column c,
     for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(p_->fault_error());
     return out;
   }
+  if (p_->memory_reads_) {
+    // RocksDB 7.8's batched MultiGet reads from the disk whatever the read
+    // tier says; one Get per key honours it (a produce looks up one or a
+    // few dedup keys).
+    for (const auto& k : keys) out.push_back(get(c, k));
+    return out;
+  }
   std::vector<rocksdb::Slice> slices;
   slices.reserve(keys.size());
   for (const auto& k : keys) slices.emplace_back(k);
   std::vector<rocksdb::PinnableSlice> values(keys.size());
   std::vector<rocksdb::Status> statuses(keys.size());
-  p_->db_->MultiGet(rocksdb::ReadOptions(), p_->cf(c), keys.size(), slices.data(), values.data(),
+  p_->db_->MultiGet(p_->read_options(), p_->cf(c), keys.size(), slices.data(), values.data(),
                     statuses.data());
   for (std::size_t i = 0; i < keys.size(); ++i)
     out.push_back(lookup_result(statuses[i], to_view(values[i])));
@@ -832,11 +860,15 @@ result<void> rocksdb_store::scan(column c, std::string_view begin, std::string_v
   if (begin >= end) return {};
   if (!p_->db_) return p_->fault_error();
   const rocksdb::Slice upper = to_slice(end);  // must outlive the iterator
-  rocksdb::ReadOptions ro;
+  rocksdb::ReadOptions ro = p_->read_options();
   ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(p_->db_->NewIterator(ro, p_->cf(c)));
   for (it->Seek(to_slice(begin)); it->Valid(); it->Next()) {
     if (!fn(to_view(it->key()), to_view(it->value()))) return {};
+  }
+  if (it->status().IsIncomplete() && p_->memory_reads_) {
+    p_->misses_.ranges.push_back({c, std::string(begin), std::string(end), false});
+    return p_->would_block();
   }
   if (!it->status().ok()) return io_error("scan failed", it->status());
   return {};
@@ -847,12 +879,16 @@ result<std::string> rocksdb_store::last_key(column c, std::string_view begin,
   if (begin >= end) return make_error(errc::not_found, "empty range");
   if (!p_->db_) return p_->fault_error();
   const rocksdb::Slice lower = to_slice(begin);  // must outlive the iterator
-  rocksdb::ReadOptions ro;
+  rocksdb::ReadOptions ro = p_->read_options();
   ro.iterate_lower_bound = &lower;
   std::unique_ptr<rocksdb::Iterator> it(p_->db_->NewIterator(ro, p_->cf(c)));
   // SeekForPrev lands on the last key <= end; end itself is excluded.
   it->SeekForPrev(to_slice(end));
   if (it->Valid() && to_view(it->key()) >= end) it->Prev();
+  if (it->status().IsIncomplete() && p_->memory_reads_) {
+    p_->misses_.ranges.push_back({c, std::string(begin), std::string(end), true});
+    return p_->would_block();
+  }
   if (!it->status().ok()) return io_error("scan failed", it->status());
   if (!it->Valid() || to_view(it->key()) < begin) return make_error(errc::not_found, "empty range");
   return std::string(to_view(it->key()));
@@ -916,6 +952,48 @@ std::uint64_t rocksdb_store::write_stalls() const {
   return p_->write_stalls_.load(std::memory_order_relaxed);
 }
 
+void rocksdb_store::memory_reads(bool on) {
+  p_->memory_reads_ = on;
+}
+
+read_misses rocksdb_store::take_read_misses() {
+  return std::exchange(p_->misses_, {});
+}
+
+void rocksdb_store::warm(const read_misses& m) {
+  constexpr std::size_t k_max_keys = 4096;
+  constexpr std::size_t k_max_bytes = 8u << 20;
+  try {
+    std::shared_lock open(p_->open_mu_);
+    if (!p_->db_) return;
+    const rocksdb::ReadOptions ro;  // through the block cache, filling it
+    std::string value;
+    for (const auto& [c, key] : m.keys) (void)p_->db_->Get(ro, p_->cf(c), to_slice(key), &value);
+    for (const auto& r : m.ranges) {
+      const rocksdb::Slice lower = to_slice(r.begin);
+      const rocksdb::Slice upper = to_slice(r.end);
+      rocksdb::ReadOptions bounded;
+      bounded.iterate_lower_bound = &lower;
+      bounded.iterate_upper_bound = &upper;
+      std::unique_ptr<rocksdb::Iterator> it(p_->db_->NewIterator(bounded, p_->cf(r.col)));
+      std::size_t keys = 0;
+      std::size_t bytes = 0;
+      if (r.from_end) {
+        it->SeekForPrev(upper);
+        for (; it->Valid() && keys < 2; it->Prev()) ++keys;
+        continue;
+      }
+      for (it->Seek(lower); it->Valid() && keys < k_max_keys && bytes < k_max_bytes; it->Next()) {
+        ++keys;
+        bytes += it->value().size();
+      }
+    }
+  } catch (const std::exception& e) {
+    // Swallowed: the command reads again, and reads from the disk the last time.
+    log(log_level::warn, "storage", std::string("warming the cache: ") + e.what());
+  }
+}
+
 void rocksdb_store::pause_background_work_for_test() {
   if (p_->db_) p_->db_->PauseBackgroundWork();
 }
@@ -936,6 +1014,7 @@ result<resume_outcome> rocksdb_store::resume() {
   if (p_->writable_.load(std::memory_order_acquire)) return resume_outcome::resumed;
   try {
     std::lock_guard lk(p_->db_mu_);
+    std::unique_lock open(p_->open_mu_);  // warm() is out of db_ while it may reopen
     return p_->resume_locked();
   } catch (const std::exception& e) {
     return make_error(errc::unavailable, std::string("resume: ") + e.what());

@@ -93,6 +93,12 @@ class rocksdb_store final : public store {
   std::optional<sync_stats> wal_sync_stats() const override;
   void watch_write_stalls() override;
   std::uint64_t write_stalls() const override;
+  void memory_reads(bool on) override;
+  read_misses take_read_misses() override;
+  // Each missed key read with a Get, each missed range scanned (up to 4096
+  // keys or 8 MiB), through the block cache; under a lock that resume()'s
+  // reopen takes too, never the syncer's.
+  void warm(const read_misses& m) override;
   // For tests: stops (and starts again) RocksDB's flushes and compactions,
   // so that full memtables make writes stall.
   void pause_background_work_for_test();

@@ -26,6 +26,7 @@ TEST(ErrorTableTest, EveryCodeMapsToTheSpecStatus) {
       {errc::resource_exhausted, status::too_many_requests},
       {errc::unavailable, status::service_unavailable},
       {errc::internal, status::internal_server_error},
+      {errc::would_block, status::service_unavailable},
   };
   ASSERT_EQ(error_table().size(), expected.size());
   for (const auto& [code, st] : expected) {

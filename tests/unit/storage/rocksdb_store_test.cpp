@@ -492,6 +492,58 @@ TEST_F(rocksdb_store_test, data_survives_reopen_after_compaction) {
   EXPECT_EQ(scan_all(*store_, column::deliveries).size(), 100u);
 }
 
+// ---- reads from memory only (a shard's loop never waits for the disk) ---
+
+TEST_F(rocksdb_store_test, memory_reads_answer_would_block_until_the_misses_are_warmed) {
+  open();
+  for (int i = 0; i < 200; ++i) put(column::messages, keys::message(1, 0, i), numbered("v", i));
+  // In SST files now, and a new store's block cache is empty.
+  ASSERT_TRUE(store_->compact_all().ok());
+  reopen();
+  put(column::messages, keys::message(1, 0, 500), "in the memtable");
+
+  store_->memory_reads(true);
+  // The memtable answers without the disk; what is only on disk does not,
+  // and nothing waits.
+  auto many =
+      store_->multi_get(column::messages, {keys::message(1, 0, 500), keys::message(1, 0, 9)});
+  ASSERT_EQ(many.size(), 2u);
+  EXPECT_EQ(*many[0], "in the memtable");
+  EXPECT_EQ(many[1].code(), errc::would_block);
+  EXPECT_EQ(store_->get(column::messages, keys::message(1, 0, 7)).code(), errc::would_block);
+  std::size_t seen = 0;
+  auto scanned = store_->scan(column::messages, keys::message(1, 0, 100), keys::message(1, 0, 150),
+                              [&](std::string_view, std::string_view) { return ++seen, true; });
+  EXPECT_EQ(scanned.code(), errc::would_block);
+  EXPECT_EQ(
+      store_->last_key(column::messages, keys::message(1, 0, 0), keys::message(1, 0, 199)).code(),
+      errc::would_block);
+  const read_misses misses = store_->take_read_misses();
+  EXPECT_EQ(misses.keys.size(), 2u);
+  EXPECT_EQ(misses.ranges.size(), 2u);
+  EXPECT_TRUE(store_->take_read_misses().empty());  // taken
+
+  // Warmed on another thread (the shard's reader), the same reads succeed
+  // from memory.
+  std::thread([&] { store_->warm(misses); }).join();
+  EXPECT_EQ(*store_->get(column::messages, keys::message(1, 0, 7)), "v7");
+  EXPECT_EQ(*store_->multi_get(column::messages, {keys::message(1, 0, 9)})[0], "v9");
+  seen = 0;
+  ASSERT_TRUE(store_
+                  ->scan(column::messages, keys::message(1, 0, 100), keys::message(1, 0, 150),
+                         [&](std::string_view, std::string_view) { return ++seen, true; })
+                  .ok());
+  EXPECT_EQ(seen, 50u);
+  EXPECT_EQ(*store_->last_key(column::messages, keys::message(1, 0, 0), keys::message(1, 0, 199)),
+            keys::message(1, 0, 198));
+  EXPECT_TRUE(store_->take_read_misses().empty());
+
+  // Off again: reads wait for the disk as before, and nothing is a miss.
+  store_->memory_reads(false);
+  EXPECT_EQ(*store_->get(column::messages, keys::message(1, 0, 3)), "v3");
+  EXPECT_TRUE(store_->take_read_misses().empty());
+}
+
 TEST_F(rocksdb_store_test, a_second_open_of_the_same_dir_is_refused) {
   open();
   auto second = rocksdb_store::open(options());

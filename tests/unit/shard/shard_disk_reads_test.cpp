@@ -1,0 +1,190 @@
+// A request's reads never wait for the disk on the shard's loop: the
+// command reads from memory only, a miss goes to the reader thread, and the
+// command runs again (shard::run_reading). A store stands in for RocksDB's
+// block cache: a column is "on disk" (its reads from memory answer
+// would_block) until warm() reads it.
+#include "shard/shard.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "storage/memory_store.hpp"
+
+namespace onceq {
+namespace {
+
+namespace st = storage;
+
+class cold_store final : public st::memory_store {
+ public:
+  // Columns whose reads need the disk; keep_cold: warm() does not help
+  // (evicted again before the command runs again).
+  void make_cold(st::column c, bool keep_cold = false) {
+    std::lock_guard lk(mu_);
+    cold_.insert(c);
+    keep_cold_ = keep_cold;
+  }
+  void memory_reads(bool on) override {
+    if (on) misses_ = {};
+    memory_ = on;
+  }
+  st::read_misses take_read_misses() override { return std::exchange(misses_, {}); }
+  void warm(const st::read_misses& m) override {
+    std::lock_guard lk(mu_);
+    warm_threads_.insert(std::this_thread::get_id());
+    ++warms_;
+    if (keep_cold_) return;
+    for (const auto& k : m.keys) cold_.erase(k.first);
+    for (const auto& r : m.ranges) cold_.erase(r.col);
+  }
+  result<std::string> get(st::column c, std::string_view key) override {
+    if (blocked(c)) {
+      misses_.keys.emplace_back(c, std::string(key));
+      return make_error(errc::would_block, "cold");
+    }
+    return memory_store::get(c, key);
+  }
+  result<void> scan(st::column c, std::string_view begin, std::string_view end,
+                    const visitor& fn) override {
+    if (blocked(c)) {
+      misses_.ranges.push_back({c, std::string(begin), std::string(end), false});
+      return make_error(errc::would_block, "cold");
+    }
+    return memory_store::scan(c, begin, end, fn);
+  }
+  int warms() const {
+    std::lock_guard lk(mu_);
+    return warms_;
+  }
+  std::set<std::thread::id> warm_threads() const {
+    std::lock_guard lk(mu_);
+    return warm_threads_;
+  }
+
+ private:
+  bool blocked(st::column c) const {
+    std::lock_guard lk(mu_);
+    return memory_ && cold_.count(c) != 0;
+  }
+  mutable std::mutex mu_;
+  std::set<st::column> cold_;               // mu_
+  bool keep_cold_ = false;                  // mu_
+  int warms_ = 0;                           // mu_
+  std::set<std::thread::id> warm_threads_;  // mu_
+  bool memory_ = false;                     // the loop's
+  st::read_misses misses_;                  // the loop's
+};
+
+class ShardDiskReadsTest : public ::testing::Test {
+ protected:
+  ShardDiskReadsTest() {
+    // Messages written by an earlier broker: the new one's partitions have
+    // no cached tail, so a consume reads them from the store.
+    {
+      broker before(store_, clock_, nullptr);
+      EXPECT_TRUE(before.recover().ok());
+      EXPECT_TRUE(before.create_topic({"t", 1, {}}).ok());
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(before.produce(produce_of("old")).ok());
+    }
+    broker_ = std::make_unique<broker>(store_, clock_, nullptr);
+    EXPECT_TRUE(broker_->recover().ok());
+    shard_ = std::make_unique<shard>(0, *broker_, store_, clock_);
+    shard_->start();
+  }
+  ~ShardDiskReadsTest() override { shard_->stop(); }
+
+  static produce_cmd produce_of(std::string value, std::string idem = {}) {
+    message_in m;
+    m.value = std::move(value);
+    m.idempotency_key = std::move(idem);
+    return produce_cmd{"t", {m}, {}, {}};
+  }
+
+  result<produce_reply> produce(std::string value, std::string header) {
+    std::promise<result<produce_reply>> p;
+    auto cmd = produce_of(std::move(value));
+    cmd.idempotency_header = std::move(header);
+    shard_->execute<produce_reply>([cmd](broker& b) { return b.produce(cmd); },
+                                   [&p](result<produce_reply> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  }
+
+  result<std::vector<delivery>> consume(std::int64_t max) {
+    std::promise<result<std::vector<delivery>>> p;
+    shard_->consume(consume_cmd{"t", "g", "o", {}, max, {}}, 0,
+                    [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  }
+
+  system_clock clock_;
+  cold_store store_;
+  std::unique_ptr<broker> broker_;
+  std::unique_ptr<shard> shard_;
+};
+
+TEST_F(ShardDiskReadsTest, AConsumeWhoseMessagesAreOnDiskIsReadOnTheReaderThenRunAgain) {
+  store_.make_cold(st::column::messages);
+  auto r = consume(10);
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].value, "old");
+  // One trip to the reader, on its own thread; the loop never read the disk.
+  EXPECT_EQ(shard_->disk_reads(), 1u);
+  EXPECT_EQ(shard_->loop_disk_reads(), 0u);
+  auto threads = store_.warm_threads();
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_NE(*threads.begin(), std::this_thread::get_id());
+  // The first run, dropped at the miss, leased nothing: each message was
+  // delivered once, with attempt 1.
+  for (const auto& d : *r) EXPECT_EQ(d.attempts, 1);
+  auto again = consume(10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+}
+
+TEST_F(ShardDiskReadsTest, AProduceWhoseDedupRecordIsOnDiskIsStoredOnce) {
+  ASSERT_TRUE(produce("first", "idem-1").ok());
+  store_.make_cold(st::column::dedup);
+  // The retry's dedup lookup misses memory; after the reader's read it finds
+  // the first produce: a duplicate, not a second message.
+  auto dup = produce("retry", "idem-1");
+  ASSERT_TRUE(dup.ok()) << dup.err().message;
+  ASSERT_EQ(dup->results.size(), 1u);
+  EXPECT_TRUE(dup->results[0].duplicate);
+  EXPECT_EQ(shard_->disk_reads(), 1u);
+  auto r = consume(10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->size(), 4u);  // three old ones and "first"
+}
+
+TEST_F(ShardDiskReadsTest, ACommandEvictedAgainAndAgainReadsTheDiskOnTheLoopTheThirdTime) {
+  store_.make_cold(st::column::messages, /*keep_cold=*/true);
+  auto r = consume(10);
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->size(), 3u);
+  // Two runs from memory, each followed by a read on the reader; the third
+  // reads from the disk where it runs.
+  EXPECT_EQ(store_.warms(), 2);
+  EXPECT_EQ(shard_->disk_reads(), 2u);
+  EXPECT_EQ(shard_->loop_disk_reads(), 1u);
+}
+
+TEST_F(ShardDiskReadsTest, ACommandWaitingOnTheReaderIsAnsweredWhenTheShardStops) {
+  store_.make_cold(st::column::messages, /*keep_cold=*/true);
+  std::promise<result<std::vector<delivery>>> p;
+  shard_->consume(consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
+                  [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+  shard_->stop();
+  auto r = p.get_future().get();
+  // Answered either way: from the disk on the loop, or before the stop.
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->size(), 3u);
+}
+
+}  // namespace
+}  // namespace onceq
