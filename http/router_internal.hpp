@@ -22,6 +22,7 @@
 #include "http/codec.hpp"
 #include "http/router.hpp"
 #include "http/shard_ops.hpp"
+#include "shard/mailbox.hpp"
 
 namespace onceq::http {
 
@@ -117,6 +118,21 @@ asio::awaitable<result<std::vector<T>>> gather(shard_set& shards, bool fresh,
 
 // Unknown topic on produce/consume is 400 by the spec (the topic is a
 // parameter there, not the resource); on a topic URL or ack it stays 404.
+// Runs fn on ex: at once when this thread runs ex; else it crosses, through
+// the loop's mailbox when ex is a plain io_context's (a session's loop),
+// or by asio::dispatch (a strand, a test's executor).
+template <class F>
+void run_on(const asio::any_io_executor& ex, F&& fn) {
+  const auto* loop = ex.target<asio::io_context::executor_type>();
+  if (loop == nullptr) {
+    asio::dispatch(ex, std::forward<F>(fn));
+  } else if (loop->running_in_this_thread()) {
+    std::forward<F>(fn)();
+  } else {
+    mailbox::of(asio::query(*loop, asio::execution::context)).push(std::forward<F>(fn));
+  }
+}
+
 inline error topic_param_error(error e) {
   if (e.code == errc::not_found) e.code = errc::invalid_argument;
   return e;
@@ -129,7 +145,7 @@ std::function<void(R)> router::answer_with(pending_ptr p, Render render) {
   return [this, p = std::move(p), render = std::move(render)](R r) mutable {
     auto ex = p->ex;
     // On p's loop: at once when the shard answered there, else it crosses.
-    asio::dispatch(
+    detail::run_on(
         ex, [this, p = std::move(p), render = std::move(render), r = std::move(r)]() mutable {
           reply out;
           try {

@@ -101,7 +101,7 @@ void shard::post_job(job j, reject r) {
     return;
   }
   queued_.fetch_add(1, std::memory_order_relaxed);
-  asio::post(io_, [this, j = std::move(j), r = std::move(r)]() mutable {
+  mailbox_.push([this, j = std::move(j), r = std::move(r)]() mutable {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     (void)r;  // accepted: the job answers, also while stopping
     j(broker_);

@@ -30,7 +30,8 @@
 //
 // Thread safety: every public member may be called from any thread. A call
 // from the shard's own loop runs the command at once (no hand-off); a call
-// from another thread crosses once: it is posted to the loop, and its done
+// from another thread crosses once, through the loop's mailbox
+// (shard/mailbox.hpp: lock-free, one asio::post per batch), and its done
 // callback runs there. done callbacks run on the loop or on the store's
 // syncer thread and must not block (post to your own executor).
 
@@ -51,6 +52,7 @@
 #include "broker/broker.hpp"
 #include "shard/commands.hpp"
 #include "shard/disk_reader.hpp"
+#include "shard/mailbox.hpp"
 #include "shard/shard_log.hpp"
 
 namespace onceq {
@@ -315,6 +317,9 @@ class shard {
   shard_options opts_;
 
   boost::asio::io_context io_{1};
+  // How commands from other loops cross to this one (lock-free, one
+  // asio::post per batch).
+  mailbox& mailbox_ = mailbox::of(io_);
   std::thread thread_;
   std::atomic<std::thread::id> loop_thread_{};
   std::atomic<bool> started_{false};
