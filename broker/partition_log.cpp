@@ -23,13 +23,13 @@ result<st::message_record> partition_log::read(st::store& store, std::uint64_t o
   return st::decode_message(*v);
 }
 
-void partition_log::read_ahead(st::store& store, std::uint64_t from, std::uint64_t want) {
-  if (from >= tail_base && from - tail_base < tail.size()) return;  // cached
-  if (from >= ahead_base && from - ahead_base < ahead.size()) return;
+result<void> partition_log::read_ahead(st::store& store, std::uint64_t from, std::uint64_t want) {
+  if (from >= tail_base && from - tail_base < tail.size()) return {};  // cached
+  if (from >= ahead_base && from - ahead_base < ahead.size()) return {};
   want = std::clamp<std::uint64_t>(want, k_read_ahead_min, k_read_ahead_max);
   auto upto = std::min(next, from + want);
   if (tail_base > from) upto = std::min(upto, tail_base);
-  if (upto <= from) return;
+  if (upto <= from) return {};
   ahead_base = from;
   ahead.clear();
   ahead.resize(upto - from);
@@ -49,9 +49,11 @@ void partition_log::read_ahead(st::store& store, std::uint64_t from, std::uint64
                             });
   if (!scanned.ok()) {
     ahead.clear();  // read() falls back to point lookups
+    if (scanned.code() == errc::would_block) return scanned;
   } else if (end < upto) {
     ahead.resize(end - from);  // the next consume reads on from end
   }
+  return {};
 }
 
 result<std::uint64_t> partition_log::count_bytes(st::store& store, std::uint64_t from,

@@ -43,8 +43,12 @@ struct partition_log {
   result<storage::message_record> read(storage::store& store, std::uint64_t off) const;
 
   // Fills the read-ahead with up to want records from off unless off is
-  // cached already. A failed scan leaves holes that read() fills one by one.
-  void read_ahead(storage::store& store, std::uint64_t from, std::uint64_t want);
+  // cached already. A failed scan leaves holes that read() fills one by one,
+  // except errc::would_block (the store reads from memory only and the scan
+  // needs the disk), which is returned: the command is run again once the
+  // range is read, and a scan of it then costs less than one lookup per
+  // message.
+  result<void> read_ahead(storage::store& store, std::uint64_t from, std::uint64_t want);
 
   // Value + envelope bytes of the stored messages in [from, upto).
   result<std::uint64_t> count_bytes(storage::store& store, std::uint64_t from,

@@ -954,6 +954,13 @@ std::uint64_t rocksdb_store::write_stalls() const {
 
 void rocksdb_store::memory_reads(bool on) {
   p_->memory_reads_ = on;
+  // A command that recovered from a miss (a failed read-ahead read again
+  // by point lookups) leaves misses nobody will warm: each command's
+  // misses are its own.
+  if (on) {
+    p_->misses_.keys.clear();
+    p_->misses_.ranges.clear();
+  }
 }
 
 read_misses rocksdb_store::take_read_misses() {
