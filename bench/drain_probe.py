@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""A drain, alone, with the shard's disk-read counters.
+
+Starts ONCEQD on a fresh data dir (--fsync always), produces N messages
+of 256 bytes in batches of 100 to a topic of 4 partitions, then consumes
+100 at a time and acks each batch, on one connection. Prints the server's
+user and system CPU per drained message and the counters
+onceq_shard_disk_reads_total / onceq_shard_loop_disk_reads_total
+(docs/DESIGN.md, "Reader threads"). With PERF=FILE set, `perf record -g`
+samples the server during the drain only.
+
+    bench/drain_probe.py ONCEQD [N]     (default N: 100000)
+
+Talks only to 127.0.0.1; stops only the server it started.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main():
+    binary = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
+    data = tempfile.mkdtemp(prefix="onceq-drain-probe-")
+    server = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--data-dir", data, "--fsync", "always"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(server.stdout.readline().strip().rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+
+        def call(method, path, body=None):
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": "application/json"})
+            res = conn.getresponse()
+            return res.status, res.read()
+
+        def counters():
+            _, text = call("GET", "/metrics")
+            out = {}
+            for line in text.decode().splitlines():
+                if line.startswith(("onceq_shard_disk_reads_total",
+                                    "onceq_shard_loop_disk_reads_total")):
+                    name, value = line.rsplit(" ", 1)
+                    out[name] = int(float(value))
+            return out
+
+        def cpu_ticks():
+            fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+            return int(fields[11]), int(fields[12])
+
+        status, body = call("POST", "/v1/topics", {"name": "t", "partitions": 4})
+        assert status == 201, body
+        value = "v" * 256
+        for i in range(0, n, 100):
+            batch = [{"value": value, "envelope": {"idempotency_key": f"k{i + j}"}}
+                     for j in range(100)]
+            status, body = call("POST", "/v1/produce", {"topic": "t", "messages": batch})
+            assert status == 200, body
+
+        perf = None
+        if os.environ.get("PERF"):
+            perf = subprocess.Popen(["perf", "record", "-F", "2999", "-g", "-p", str(server.pid),
+                                     "-o", os.environ["PERF"]],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+        before, start, drained = cpu_ticks(), time.time(), 0
+        while True:
+            status, body = call("POST", "/v1/consume", {"topic": "t", "group": "g", "owner": "w",
+                                                        "max_messages": 100, "lease_ms": 60000})
+            assert status == 200, body
+            msgs = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            if not msgs:
+                break
+            drained += len(msgs)
+            acks = [{"partition": m["partition"], "offset": m["offset"]} for m in msgs]
+            status, body = call("POST", "/v1/ack",
+                                {"topic": "t", "group": "g", "owner": "w", "acks": acks})
+            assert status == 200, body
+        if perf:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+        after, tck = cpu_ticks(), os.sysconf("SC_CLK_TCK")
+        per_msg = [round((a - b) / tck / max(drained, 1) * 1e6, 1) for a, b in zip(after, before)]
+        print(f"drained {drained} in {time.time() - start:.2f} s; server CPU per message: "
+              f"user {per_msg[0]} us, system {per_msg[1]} us")
+        for name, value in sorted(counters().items()):
+            print(f"{name} {value}")
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
