@@ -219,7 +219,7 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
          "the shard's topics answer 503.",
          [](g s) { return s.health.writable ? 1 : 0; });
   family("onceq_shard_queue_depth", "gauge",
-         "Commands posted to the shard's loop from other loops, not run yet.",
+         "Commands sent to the shard's loop from other loops, not run yet.",
          [](g s) { return s.queue_depth; });
   family("onceq_shard_topics", "gauge", "Topics placed on the shard (DLQs included).",
          [](g s) { return s.topics; });
@@ -232,8 +232,8 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
          "then run again on its loop.",
          [](g s) { return s.disk_reads; });
   family("onceq_shard_loop_disk_reads_total", "counter",
-         "Commands that read from the disk on the shard's loop (evicted again after "
-         "the reader's read, or while stopping).",
+         "Commands that read from the disk on the shard's loop (still missing memory "
+         "on their third run, or while stopping).",
          [](g s) { return s.loop_disk_reads; });
   family("onceq_shard_loop_iterations_total", "counter",
          "Iterations of the shard's event loop (each ends with at most one WAL sync).",
