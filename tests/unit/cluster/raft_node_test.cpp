@@ -124,11 +124,14 @@ bool port_free(int port) {
   return ok;
 }
 
-// `count` runs of `width` free consecutive ports. They are taken below the
+// `count` runs of `width` free consecutive ports, none of them in `taken`
+// (runs picked before: a node's raft ports must not cover another node's
+// http port, which the cluster file refuses). They are taken below the
 // kernel's ephemeral range (32768+), where no outgoing connection of the
 // test (raft's own dials) can be given one of them between the check and
 // the node's bind, or while a node is down for a restart.
-std::vector<int> free_port_runs(std::size_t count, unsigned width) {
+std::vector<int> free_port_runs(std::size_t count, unsigned width,
+                                const std::vector<int>& taken = {}) {
   static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
                           static_cast<unsigned>(std::random_device{}()));
   std::uniform_int_distribution<int> pick(20000, 32000 - static_cast<int>(width));
@@ -138,6 +141,7 @@ std::vector<int> free_port_runs(std::size_t count, unsigned width) {
     bool ok = true;
     for (int b : bases)
       ok = ok && (base + static_cast<int>(width) <= b || b + static_cast<int>(width) <= base);
+    for (int t : taken) ok = ok && (t < base || t >= base + static_cast<int>(width));
     for (unsigned i = 0; ok && i < width; ++i) ok = port_free(base + static_cast<int>(i));
     if (ok) bases.push_back(base);
   }
@@ -190,7 +194,7 @@ class cluster_test : public ::testing::Test {
   void make_cluster(std::size_t n, unsigned groups) {
     groups_ = groups;
     const auto http = free_port_runs(n, 1);
-    const auto raft = free_port_runs(n, groups);
+    const auto raft = free_port_runs(n, groups, http);
     cluster_file_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       cluster_file_ += fmt::format(
