@@ -122,14 +122,29 @@ class shard {
         [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
 
-  // A read of this node's state, as execute. In a cluster: fresh, as
-  // execute (errc::unavailable with the leader on a node that does not
-  // lead), or not, as this replica last applied it (may lag the leader).
+  // A read of this node's state. Fresh: as execute, answered once what it
+  // shows is durable (in a cluster, errc::unavailable with the leader on a
+  // node that does not lead). Not fresh: the state as it is now, answered
+  // at once; in a cluster, as this replica last applied it (may lag the
+  // leader). A single node's not-fresh reads (/metrics) so keep answering
+  // while a failed WAL write holds back every answer that waits for
+  // durability.
   template <class T>
   void query(bool fresh, std::function<result<T>(broker&)> fn,
              std::function<void(result<T>)> done) {
     if (log_ != nullptr) return read_replica<T>(fresh, std::move(fn), std::move(done));
-    execute<T>(std::move(fn), std::move(done));
+    if (fresh) return execute<T>(std::move(fn), std::move(done));
+    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
+    post_job(
+        [this, fn = std::move(fn), shared_done](broker& b) mutable {
+          run_reading([fn = std::move(fn), shared_done, &b]() {
+            auto r = fn(b);
+            if (would_block(r)) return false;
+            (*shared_done)(std::move(r));
+            return true;
+          });
+        },
+        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
 
   // Runs the command on the loop (shard/commands.hpp) and calls done with

@@ -460,5 +460,43 @@ TEST_F(ShardLoopTest, AParkedKeyWaiterGetsTheFailedSyncNotCommitted) {
   store_.fail(false);
 }
 
+TEST_F(ShardLoopTest, ANotFreshQueryIsAnsweredWhileSyncsFailAndAFreshOneIsNot) {
+  // /metrics reads not fresh: a storage fault that fails every sync (a WAL
+  // write that could not be written) must not take it down with the
+  // writes; a fresh read must not show what the failed sync did not make
+  // durable.
+  auto produced = on_loop([this] {
+    message_in m;
+    m.value = "v";
+    return broker_.produce(produce_cmd{"t", {m}, {}, {}}).ok();
+  });
+  ASSERT_TRUE(produced);
+  store_.fail(true);
+  // A write first, so that the iteration the queries run in has a sync to fail.
+  std::promise<result<void>> wp;
+  shard_.execute<void>(
+      [](broker& b) -> result<void> {
+        message_in m;
+        m.value = "w";
+        auto r = b.produce(produce_cmd{"t", {m}, {}, {}});
+        if (!r.ok()) return std::move(r).err();
+        return {};
+      },
+      [&wp](result<void> r) { wp.set_value(std::move(r)); });
+  EXPECT_EQ(wp.get_future().get().code(), errc::unavailable);
+  auto ask = [this](bool fresh) {
+    std::promise<result<std::vector<topic_info>>> p;
+    shard_.query<std::vector<topic_info>>(
+        fresh, [](broker& b) { return b.metrics(); },
+        [&p](result<std::vector<topic_info>> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  auto stale = ask(false);
+  ASSERT_TRUE(stale.ok()) << stale.err().message;
+  EXPECT_FALSE(stale->empty());
+  EXPECT_EQ(ask(true).code(), errc::unavailable);
+  store_.fail(false);
+}
+
 }  // namespace
 }  // namespace onceq
