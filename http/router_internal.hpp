@@ -116,8 +116,6 @@ asio::awaitable<result<std::vector<T>>> gather(shard_set& shards, bool fresh,
   co_return all;
 }
 
-// Unknown topic on produce/consume is 400 by the spec (the topic is a
-// parameter there, not the resource); on a topic URL or ack it stays 404.
 // Runs fn on ex: at once when this thread runs ex; else it crosses, through
 // the loop's mailbox when ex is a plain io_context's (a session's loop),
 // or by asio::dispatch (a strand, a test's executor).
@@ -133,6 +131,8 @@ void run_on(const asio::any_io_executor& ex, F&& fn) {
   }
 }
 
+// Unknown topic on produce/consume is 400 by the spec (the topic is a
+// parameter there, not the resource); on a topic URL or ack it stays 404.
 inline error topic_param_error(error e) {
   if (e.code == errc::not_found) e.code = errc::invalid_argument;
   return e;

@@ -26,7 +26,8 @@ constexpr auto k_resume_every = std::chrono::milliseconds(500);
 constexpr auto k_replicated_idle_wait = std::chrono::milliseconds(50);
 // Runs of a request's command with reads from memory before one that may
 // read from the disk on the loop (run_reading): each miss first goes to the
-// reader thread, so only a command evicted twice in a row waits here.
+// reader thread, so only a command that missed memory on two runs in a row
+// (another read, or blocks evicted again) waits here.
 constexpr int k_memory_tries = 3;
 }  // namespace
 
@@ -168,7 +169,7 @@ void shard::read_then_retry(std::function<bool()> step, int tries) {
   auto misses = store_.take_read_misses();
   auto held = std::make_shared<std::function<bool()>>(std::move(step));
   const bool queued = !misses.empty() && reader_.read(std::move(misses), [this, held, tries] {
-    asio::post(io_, [this, held, tries] { retry_reading(std::move(*held), tries); });
+    mailbox_.push([this, held, tries] { retry_reading(std::move(*held), tries); });
   });
   if (!queued) {
     // Nothing to read ahead of it (a store that blocked without saying on

@@ -104,22 +104,7 @@ class shard {
   template <class T>
   void execute(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done) {
     if (log_ != nullptr) return read_replica<T>(true, std::move(fn), std::move(done));
-    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
-    post_job(
-        [this, fn = std::move(fn), shared_done](broker& b) mutable {
-          run_reading([this, fn = std::move(fn), shared_done, &b]() {
-            auto r = fn(b);
-            if (would_block(r)) return false;
-            if (!r.ok()) {
-              (*shared_done)(std::move(r));
-              return true;
-            }
-            answer_when_durable(std::move(r),
-                                [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
-            return true;
-          });
-        },
-        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+    run_on_loop<T>(std::move(fn), std::move(done), true);
   }
 
   // A read of this node's state. Fresh: as execute, answered once what it
@@ -133,18 +118,7 @@ class shard {
   void query(bool fresh, std::function<result<T>(broker&)> fn,
              std::function<void(result<T>)> done) {
     if (log_ != nullptr) return read_replica<T>(fresh, std::move(fn), std::move(done));
-    if (fresh) return execute<T>(std::move(fn), std::move(done));
-    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
-    post_job(
-        [this, fn = std::move(fn), shared_done](broker& b) mutable {
-          run_reading([fn = std::move(fn), shared_done, &b]() {
-            auto r = fn(b);
-            if (would_block(r)) return false;
-            (*shared_done)(std::move(r));
-            return true;
-          });
-        },
-        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
+    run_on_loop<T>(std::move(fn), std::move(done), fresh);
   }
 
   // Runs the command on the loop (shard/commands.hpp) and calls done with
@@ -257,7 +231,7 @@ class shard {
   // so it changed nothing), with the store reading from memory only. On
   // false the reader thread reads what it missed into memory and the step
   // runs again on the loop; its k_memory_tries-th run reads from the disk
-  // on the loop, so a command evicted again and again still ends. Without
+  // on the loop, so a command that keeps missing memory still ends. Without
   // a running reader (a cluster's shard, a stopping one) step just runs.
   template <class Step>
   void run_reading(Step step) {
@@ -271,6 +245,28 @@ class shard {
       done = step();
     }
     if (!done) read_then_retry(std::function<bool()>(std::move(step)), 1);
+  }
+  // Loop: fn's answer goes to done, once what it wrote (and, for a read,
+  // what it shows) is durable when durable, else at once.
+  template <class T>
+  void run_on_loop(std::function<result<T>(broker&)> fn, std::function<void(result<T>)> done,
+                   bool durable) {
+    auto shared_done = std::make_shared<std::function<void(result<T>)>>(std::move(done));
+    post_job(
+        [this, fn = std::move(fn), shared_done, durable](broker& b) mutable {
+          run_reading([this, fn = std::move(fn), shared_done, durable, &b]() {
+            auto r = fn(b);
+            if (would_block(r)) return false;
+            if (!r.ok() || !durable) {
+              (*shared_done)(std::move(r));
+              return true;
+            }
+            answer_when_durable(std::move(r),
+                                [shared_done](result<T> x) { (*shared_done)(std::move(x)); });
+            return true;
+          });
+        },
+        [shared_done](error e) { (*shared_done)(result<T>(std::move(e))); });
   }
   template <class T>
   static bool would_block(const result<T>& r) {

@@ -125,7 +125,8 @@ class store {
   // command, so that its loop does not wait on a read. Default: nothing (a
   // store whose reads never wait).
   virtual void memory_reads(bool on) { (void)on; }
-  // The reads that answered errc::would_block since the last call.
+  // The reads that answered errc::would_block since memory_reads(true)
+  // (each command's misses are its own).
   virtual read_misses take_read_misses() { return {}; }
   // Reads m from the disk into memory, so that the same reads from memory
   // then succeed (unless evicted meanwhile). The one call that may run on

@@ -335,7 +335,8 @@ struct rocksdb_store::impl {
   std::mutex db_mu_;
   std::uint64_t synced_writes_ = 0;
   // Held shared by warm() (the shard's reader thread) and exclusively by
-  // resume() and the destructor around closing and reopening db_.
+  // resume() around closing and reopening db_. (The shard stops its reader
+  // before the store is destroyed.)
   std::shared_mutex open_mu_;
   // memory_reads(): reads from the block cache only, and the misses (loop).
   bool memory_reads_ = false;
@@ -394,8 +395,6 @@ struct rocksdb_store::impl {
     return {writable_.load(std::memory_order_relaxed), fault_reason_};
   }
 
-  // What every refused write, failed callback and read without a database
-  // answers while not writable.
   // A read's options: from memory only while memory_reads_ is on.
   rocksdb::ReadOptions read_options() const {
     rocksdb::ReadOptions ro;
@@ -406,6 +405,8 @@ struct rocksdb_store::impl {
   // A read from memory only that needed the disk: kept for warm().
   error would_block() const { return make_error(errc::would_block, "the read needs the disk"); }
 
+  // What every refused write, failed callback and read without a database
+  // answers while not writable.
   error fault_error() const {
     error e = make_error(errc::unavailable, "storage is not writable: " + health().reason);
     e.retry_after_ms = k_fault_retry_after_ms;
