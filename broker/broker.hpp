@@ -8,8 +8,8 @@
 
 #include "broker/commands.hpp"
 #include "broker/options.hpp"
-#include "storage/base/clock.hpp"
-#include "storage/base/result.hpp"
+#include "base/clock.hpp"
+#include "base/result.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {

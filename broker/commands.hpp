@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/base/clock.hpp"
-#include "storage/base/errc.hpp"
-#include "storage/base/result.hpp"
+#include "base/clock.hpp"
+#include "base/errc.hpp"
+#include "base/result.hpp"
 
 namespace onceq {
 

@@ -13,7 +13,7 @@
 #include "broker/partition_log.hpp"
 #include "broker/timers.hpp"
 #include "broker/topic_registry.hpp"
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {

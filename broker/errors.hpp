@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq {
 

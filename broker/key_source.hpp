@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "broker/commands.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq {

@@ -4,7 +4,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "storage/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 namespace onceq {
 

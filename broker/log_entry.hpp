@@ -6,7 +6,7 @@
 // bytes into the same command and apply it with now_ms as their clock, so
 // they reach the same state and give the same answers.
 //
-// The encoding (storage/base/bytes.hpp) is versioned: byte 0 is the entry
+// The encoding (base/bytes.hpp) is versioned: byte 0 is the entry
 // format (k_log_entry_version), byte 1 the command's tag (log_tag, fixed
 // numbers that never change meaning), then now_ms and the command's fields
 // in a fixed order. A replica that reads a version or tag it does not know

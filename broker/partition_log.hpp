@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 #include "storage/schema.hpp"
 #include "storage/store.hpp"
 

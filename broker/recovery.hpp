@@ -1,7 +1,7 @@
 #pragma once
 
 #include "broker/core.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq {
 

@@ -5,7 +5,7 @@
 #include <queue>
 #include <vector>
 
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 #include "storage/batch.hpp"
 #include "storage/schema.hpp"
 #include "storage/store.hpp"

@@ -7,7 +7,7 @@
 
 #include "broker/commands.hpp"
 #include "broker/limits.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq {
 

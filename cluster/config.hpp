@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::cluster {
 

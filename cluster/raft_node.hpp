@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "cluster/config.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::cluster {
 

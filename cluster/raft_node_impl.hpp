@@ -32,7 +32,7 @@ extern "C" {
 
 #include <fmt/format.h>
 
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::cluster::detail {
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "storage/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::cluster {

@@ -1,7 +1,7 @@
 #pragma once
 
 // onceqd's log: lines on stderr, JSON (default) or text, with a level
-// filter. install_logger() plugs it into onceq::log (storage/base/log.hpp),
+// filter. install_logger() plugs it into onceq::log (base/log.hpp),
 // through which storage/ and http/ log too.
 //
 // A JSON line: {"ts":"2024-05-01T12:00:00.123Z","level":"info",
@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::cmd {
 

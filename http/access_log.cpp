@@ -1,6 +1,6 @@
 #include "http/access_log.hpp"
 
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::http {
 

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

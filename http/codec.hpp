@@ -34,4 +34,4 @@
 #include "http/codec/topics.hpp"
 #include "http/json_write.hpp"
 #include "http/params.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <optional>
 
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 
 namespace onceq::http {
 

@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "http/message.hpp"
-#include "storage/base/clock.hpp"
-#include "storage/base/errc.hpp"
+#include "base/clock.hpp"
+#include "base/errc.hpp"
 
 namespace onceq::http {
 

@@ -22,8 +22,8 @@
 
 #include "http/cluster_view.hpp"
 #include "http/message.hpp"
-#include "storage/base/clock.hpp"
-#include "storage/base/result.hpp"
+#include "base/clock.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "broker/commands.hpp"
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 #include "storage/store.hpp"
 #include "storage/sync_stats.hpp"
 
@@ -34,7 +34,7 @@ struct connection_stats {
 // Appends onceq_connections_* and onceq_http_header_timeouts_total.
 void render_connection_metrics(std::string& out, const connection_stats& s);
 
-// Request latency (storage/base/histogram.hpp's buckets) and status counts
+// Request latency (base/histogram.hpp's buckets) and status counts
 // per route label. observe() is
 // lock-free and may be called from any thread; render() reads a snapshot
 // that is consistent per bucket (not across buckets).

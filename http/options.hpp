@@ -8,7 +8,7 @@
 #include <string>
 
 #include "broker/commands.hpp"
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 
 namespace onceq::http {
 

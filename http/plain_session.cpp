@@ -32,7 +32,7 @@
 #include "http/session_rules.hpp"
 #include "http/stream_pump.hpp"
 #include "http/wire.hpp"
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::http {
 

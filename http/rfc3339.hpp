@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "storage/base/clock.hpp"
-#include "storage/base/result.hpp"
+#include "base/clock.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

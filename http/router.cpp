@@ -23,7 +23,7 @@
 #include "http/request_id.hpp"
 #include "http/router_internal.hpp"
 #include "http/shard_ops.hpp"
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::http {
 

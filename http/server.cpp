@@ -17,7 +17,7 @@
 
 #include "http/session.hpp"
 #include "http/session_registry.hpp"
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::http {
 

@@ -38,7 +38,7 @@
 
 #include "http/options.hpp"
 #include "http/router.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

@@ -41,7 +41,7 @@
 #include "http/request_id.hpp"
 #include "http/session_rules.hpp"
 #include "http/stream_pump.hpp"
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 namespace onceq::http {
 

@@ -13,7 +13,7 @@
 #include <boost/system/error_code.hpp>
 
 #include "http/options.hpp"
-#include "storage/base/errc.hpp"
+#include "base/errc.hpp"
 
 namespace onceq::http {
 

@@ -16,7 +16,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

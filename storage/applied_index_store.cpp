@@ -1,6 +1,6 @@
 #include "storage/applied_index_store.hpp"
 
-#include "storage/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::storage {

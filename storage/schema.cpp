@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "storage/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 namespace onceq::storage {
 namespace {
@@ -36,7 +36,7 @@ std::uint64_t get_be64(std::string_view s) {
 }
 
 // Record values: a version byte (after the expiry for records the
-// compaction filter reads), then storage/base/bytes.hpp's encoding.
+// compaction filter reads), then base/bytes.hpp's encoding.
 class writer : public byte_writer {
  public:
   writer() { byte(k_format_version); }

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/base/clock.hpp"
-#include "storage/base/result.hpp"
+#include "base/clock.hpp"
+#include "base/result.hpp"
 #include "storage/batch.hpp"
 
 namespace onceq::storage {

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "storage/base/histogram.hpp"
+#include "base/histogram.hpp"
 
 namespace onceq::storage {
 

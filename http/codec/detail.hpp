@@ -19,7 +19,7 @@
 #include "broker/commands.hpp"
 #include "http/codec/common.hpp"
 #include "http/params.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http::codec_detail {
 

@@ -10,7 +10,7 @@
 
 #include "broker/commands.hpp"
 #include "http/params/params.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

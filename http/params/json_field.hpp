@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "http/params/params.hpp"
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 namespace onceq::http {
 

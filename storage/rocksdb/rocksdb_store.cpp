@@ -37,7 +37,7 @@
 
 #include <fmt/format.h>
 
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 #include "storage/rocksdb/wal_prezero.hpp"
 #include "storage/schema.hpp"
 

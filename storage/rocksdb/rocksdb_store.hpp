@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 #include "storage/store.hpp"
 
 namespace onceq::storage {

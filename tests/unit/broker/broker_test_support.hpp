@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "broker/broker.hpp"
-#include "storage/base/clock.hpp"
+#include "base/clock.hpp"
 #include "storage/memory_store.hpp"
 
 namespace onceq::testing {

@@ -1,6 +1,6 @@
 #include "http/error_table.hpp"
 
-#include "storage/base/result.hpp"
+#include "base/result.hpp"
 
 #include <map>
 

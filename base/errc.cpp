@@ -1,4 +1,4 @@
-#include "storage/base/errc.hpp"
+#include "base/errc.hpp"
 
 namespace onceq {
 

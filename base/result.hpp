@@ -6,7 +6,7 @@
 #include <utility>
 #include <variant>
 
-#include "storage/base/errc.hpp"
+#include "base/errc.hpp"
 
 namespace onceq {
 

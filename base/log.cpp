@@ -1,4 +1,4 @@
-#include "storage/base/log.hpp"
+#include "base/log.hpp"
 
 #include <atomic>
 #include <cstdio>

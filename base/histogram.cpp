@@ -1,4 +1,4 @@
-#include "storage/base/histogram.hpp"
+#include "base/histogram.hpp"
 
 #include <algorithm>
 
