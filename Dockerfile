@@ -5,14 +5,20 @@
 # scripts/build.sh, as a developer machine does, then packs the .deb with
 # cpack; the runtime stage installs that .deb, so its runtime libraries are
 # exactly the .deb's Depends (tests/packaging/dockerfile_test.sh checks
-# that no other package list creeps in here).
+# that no other package list creeps in here, and that the image's onceqd
+# has raft's commit rule linked).
 
 FROM debian:12 AS build
 # release: RocksDB built without assertions (slow, cached in the layer);
 # debian: Debian's librocksdb. The same switch as scripts/deps.sh's.
 ARG ONCEQ_ROCKSDB=release
 WORKDIR /src
-COPY scripts/deps.sh scripts/rocksdb-release.sh scripts/
+# deps.sh and what it runs: the RocksDB build, and the raft a cluster runs
+# on (raft-release.sh links third_party/raft/'s commit rule into Debian's
+# libraft; configure fails without it). Copied alone so that this layer
+# stays cached while the sources change.
+COPY scripts/deps.sh scripts/rocksdb-release.sh scripts/raft-release.sh scripts/
+COPY third_party/raft third_party/raft
 RUN ONCEQ_ROCKSDB=$ONCEQ_ROCKSDB bash scripts/deps.sh
 COPY . .
 RUN ONCEQ_ROCKSDB=$ONCEQ_ROCKSDB BUILD_DIR=build \

@@ -6,22 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifdef ONCEQ_RAFT_TCP_NODELAY
-// Every uv_tcp_init of the static libraft (its transport's listeners,
-// dials and accepted peers; cluster/CMakeLists.txt links it with
-// --wrap=uv_tcp_init) comes here: the handle gets TCP_NODELAY, which
-// libuv applies when the socket is opened or accepted. Without it, an
-// append queued behind one the peer has not acknowledged waited for the
-// peer's delayed ACK, 40 ms.
-extern "C" int __real_uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle);
-extern "C" int __wrap_uv_tcp_init(uv_loop_t* loop, uv_tcp_t* handle) {
-  const int rv = __real_uv_tcp_init(loop, handle);
-  if (rv == 0) (void)uv_tcp_nodelay(handle, 1);  // swallowed: Nagle on is slow, not wrong
-  return rv;
-}
-
-#endif
-
 // raft 0.15 checksums every entry it writes, sends and reads with
 // byteCrc32: a CRC-32 computed most significant bit first (polynomial
 // 0x04C11DB7, the checksum of CRC-32/MPEG-2 with a caller's init and no
@@ -62,7 +46,6 @@ inline std::uint32_t load_be32(const unsigned char* p) {
 
 }  // namespace crc_detail
 
-#ifdef ONCEQ_RAFT_TCP_NODELAY
 extern "C" unsigned __wrap_byteCrc32(const void* buf, std::size_t size, unsigned init) {
   const auto& t = crc_detail::k_tables.t;
   const auto* p = static_cast<const unsigned char*>(buf);
@@ -78,25 +61,8 @@ extern "C" unsigned __wrap_byteCrc32(const void* buf, std::size_t size, unsigned
   while (size-- > 0) crc = (crc << 8) ^ t[0][((crc >> 24) ^ *p++) & 0xff];
   return crc;
 }
-#endif
 
 namespace onceq::cluster {
-
-std::string_view to_string(raft_errc code) noexcept {
-  switch (code) {
-    case raft_errc::ok:
-      return "ok";
-    case raft_errc::not_leader:
-      return "not_leader";
-    case raft_errc::leadership_lost:
-      return "leadership_lost";
-    case raft_errc::shutting_down:
-      return "shutting_down";
-    case raft_errc::failed:
-      return "failed";
-  }
-  return "failed";
-}
 
 result<void> raft_node::impl::init() {
   if (int rv = uv_loop_init(&loop_); rv != 0) {
@@ -198,10 +164,10 @@ result<void> raft_node::impl::init_group(group& g) {
                       fmt::format("group {} ({}, raft {}): {}: {}", g.index, g.dir, g.address, what,
                                   msg != nullptr && *msg != 0 ? msg : raft_strerror(rv)));
   };
-  int rv = raft_uv_tcp_init(&g.transport, &loop_);
-  if (rv != 0) return raft_error("raft_uv_tcp_init", rv, g.transport.errmsg);
+  int rv = g.transport.init(&loop_);
+  if (rv != 0) return raft_error("raft_uv_tcp_init", rv, g.transport.errmsg());
   g.transport_ready = true;
-  rv = raft_uv_init(&g.io, &loop_, g.dir.c_str(), &g.transport);
+  rv = raft_uv_init(&g.io, &loop_, g.dir.c_str(), g.transport.get());
   if (rv != 0) return raft_error("raft_uv_init", rv, g.io.errmsg);
   g.io_ready = true;
   raft_uv_set_connect_retry_delay(&g.io, opts_.connect_retry_delay_ms);
@@ -281,7 +247,7 @@ void raft_node::impl::finalize() {
   for (auto& g : groups_) {
     release_all(*g);
     if (g->io_ready) raft_uv_close(&g->io);
-    if (g->transport_ready) raft_uv_tcp_close(&g->transport);
+    if (g->transport_ready) g->transport.release();
     g->io_ready = g->transport_ready = false;
   }
   if (loop_ready_) {

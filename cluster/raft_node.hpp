@@ -36,8 +36,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/config.hpp"
 #include "base/result.hpp"
+#include "cluster/config.hpp"
 
 namespace onceq::cluster {
 
@@ -93,7 +93,21 @@ enum class raft_errc : int {
   failed = 4,
 };
 
-std::string_view to_string(raft_errc code) noexcept;
+inline std::string_view to_string(raft_errc code) noexcept {
+  switch (code) {
+    case raft_errc::ok:
+      return "ok";
+    case raft_errc::not_leader:
+      return "not_leader";
+    case raft_errc::leadership_lost:
+      return "leadership_lost";
+    case raft_errc::shutting_down:
+      return "shutting_down";
+    case raft_errc::failed:
+      return "failed";
+  }
+  return "failed";
+}
 
 struct op_result {
   raft_errc code = raft_errc::ok;

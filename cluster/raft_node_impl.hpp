@@ -8,6 +8,7 @@
 // any thread.
 
 #include "cluster/raft_node.hpp"
+#include "cluster/tcp_transport.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -151,7 +152,7 @@ class raft_node::impl {
     state_machine* sm = nullptr;
     std::string dir;
     std::string address;
-    struct raft_uv_transport transport {};
+    tcp_transport transport;  // raft_uv's TCP transport with TCP_NODELAY
     struct raft_io io {};
     struct raft_fsm fsm {};
     struct raft r {};

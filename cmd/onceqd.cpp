@@ -19,6 +19,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "broker/broker.hpp"
+#include "cluster/raft_check.hpp"
 #include "cmd/cluster_node.hpp"
 #include "cmd/config.hpp"
 #include "cmd/log.hpp"
@@ -137,6 +138,13 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   // A node of a cluster: its shards apply their Raft groups' logs.
   std::unique_ptr<cmd::cluster_node> node;
   if (!cfg.cluster_file.empty()) {
+    // Never a cluster on a raft without the current-term commit rule.
+    auto checked = cluster::check_raft();
+    if (!checked.ok()) {
+      log(log_level::error, "onceqd", "refusing to start: " + checked.err().message);
+      return k_exit_failure;
+    }
+    log(log_level::info, "onceqd", "raft commit rule checked", {{"stamp", std::string(*checked)}});
     auto opened = cmd::cluster_node::open(cfg);
     if (!opened.ok()) {
       log(log_level::error, "onceqd", opened.err().message);

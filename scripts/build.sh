@@ -3,7 +3,8 @@
 # second run only rebuilds what changed.
 #   scripts/build.sh [target...]    e.g. scripts/build.sh onceqd
 # Environment: BUILD_DIR (default build), JOBS (default nproc),
-# CMAKE_ARGS (extra configure arguments, e.g. -DONCEQ_BUILD_BENCH=OFF).
+# CMAKE_ARGS (extra configure arguments, e.g. -DONCEQ_BUILD_BENCH=OFF),
+# ONCEQ_CLUSTER (off: -DONCEQ_CLUSTER=OFF).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +23,16 @@ else
                 -DROCKSDB_LIBRARY="/usr/lib/$(gcc -print-multiarch)/librocksdb.so")
 fi
 
+# ONCEQ_CLUSTER=off (as for scripts/deps.sh): a build without clustering,
+# which needs no raft (cluster/CMakeLists.txt).
+cluster_args=()
+if [ "${ONCEQ_CLUSTER:-on}" = "off" ]; then
+  cluster_args=(-DONCEQ_CLUSTER=OFF)
+fi
+
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${rocksdb_args[@]}" ${CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${rocksdb_args[@]}" \
+  "${cluster_args[@]}" ${CMAKE_ARGS:-}
 
 targets=()
 for t in "$@"; do

@@ -4,7 +4,9 @@
 # earlier term is never committed by counting replicas; canonical/raft#220,
 # fixed upstream in 0.17 by PR #336), installed as a static library to
 # /opt/onceq-raft (include/, lib/libraft.a, lib/pkgconfig/raft.pc).
-# cluster/CMakeLists.txt links it when present. See third_party/raft/README.md.
+# cluster/CMakeLists.txt requires it (configure fails without it, unless
+# -DONCEQ_CLUSTER=OFF), and onceqd --cluster checks that the raft it linked
+# carries the rule's stamp. See third_party/raft/README.md.
 #
 # How: Debian's archive does not serve raft's source tarball to these
 # machines (`apt-get source raft` gets the .dsc, then 404), so the fix is
@@ -33,7 +35,7 @@ work="${RAFT_WORK:-/tmp/onceq-raft-build}"
 debian_version="0.15.0-1"
 debian_sha256="d94449a2497f066fca1856c3c92e07bbf12c1621ffd9f72cfff8e0b6be0736b3"
 # Bump when the steps below change, so that existing installs rebuild.
-recipe="link-commit-rule-1"
+recipe="link-commit-rule-2"
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -113,17 +115,25 @@ if [ "$(readelf -rW "$obj" | grep -c " $ours replicationQuorum - 4$")" -ne "$cal
   echo "raft-release: raft's calls to replicationQuorum do not reach the commit rule" >&2
   exit 1
 fi
+# The stamp onceqd checks for (cluster/raft_check.hpp) is in the same object.
+if ! nm "$obj" | awk '$2 == "R" && $3 == "onceq_raft_commit_rule_stamp" { found = 1 } END { exit !found }'; then
+  echo "raft-release: onceq_raft_commit_rule_stamp is not in $obj" >&2
+  exit 1
+fi
 
 # The archive, members in Debian's order.
 ar rcs "$work/libraft.a" "${members[@]}"
 
-# It links (and nothing else defines replicationQuorum twice).
+# It links (and nothing else defines replicationQuorum twice), and a
+# program that uses raft gets the stamp with it.
 cat > "$work/smoke.c" <<'EOF'
 #include <raft.h>
 #include <raft/fixture.h>
+extern const char onceq_raft_commit_rule_stamp[] __attribute__((weak));
 int main(void)
 {
     struct raft_fixture f;
+    if (onceq_raft_commit_rule_stamp == 0) return 2;
     if (raft_fixture_initialize(&f) != 0) return 1;
     raft_fixture_close(&f);
     return 0;

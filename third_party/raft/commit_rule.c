@@ -15,8 +15,19 @@
  * committed as before, indirectly, once an entry of the current term at or
  * above them is committed: raft 0.15 always asks about its last stored
  * index, and a leader's new entries are of its term. A single voter still
- * commits its own entries at once: they are of its current term. */
+ * commits its own entries at once: they are of its current term.
+ *
+ * onceq_raft_commit_rule_stamp is linked into the same object, so a program
+ * that links raft's replication code has it exactly when it has the rule:
+ * onceqd refers to it weakly and refuses to run a cluster without it
+ * (cluster/raft_check.hpp). Its text is also what a stripped binary can be
+ * searched for (tests/packaging/dockerfile_test.sh). */
 #include <raft.h>
+
+__attribute__((visibility("default"))) extern const char onceq_raft_commit_rule_stamp[];
+const char onceq_raft_commit_rule_stamp[] =
+    "onceq-raft-commit-rule-1: raft 0.15 counts replicas only for entries of "
+    "the current term (canonical/raft#220, upstream PR #336)";
 
 /* raft 0.15 internals (src/log.h, src/replication.h), hidden in the shared
  * library, plain global symbols in the static one. */
