@@ -862,7 +862,6 @@ TEST_F(cluster_test, raft_connections_have_tcp_nodelay) {
   EXPECT_EQ(nodelay, connected);
 }
 
-#ifdef ONCEQ_RAFT_TCP_NODELAY
 // raft's own byteCrc32 (the static library's, reached as __real_) and the
 // slicing-by-8 CRC that replaces it (raft_node.cpp) agree on every length and
 // chained init: the checksums on disk and on the wire are unchanged, so a
@@ -885,7 +884,6 @@ TEST(raft_checksum, raft_checksums_match_raft_s_own) {
   EXPECT_EQ(__wrap_byteCrc32(data.data() + 30'000, 40'000, half),
             __real_byteCrc32(data.data(), 70'000, 0));
 }
-#endif
 
 // ---- replicated brokers -----------------------------------------------------
 
