@@ -215,6 +215,14 @@ func (e *env) produce(value, key string, opts ...onceq.ProduceOption) onceq.Prod
 	return r
 }
 
+// produceN produces "m0".."m<n-1>" with the keys "k0".."k<n-1>".
+func (e *env) produceN(n int) {
+	e.t.Helper()
+	for i := 0; i < n; i++ {
+		e.produce(fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", i))
+	}
+}
+
 func (e *env) key(group, key string) onceq.KeyState {
 	e.t.Helper()
 	k, err := e.c.GetKey(e.ctx, e.topic, group, key, onceq.KeyOptions{})

@@ -462,15 +462,23 @@ func (w *Worker) ackItem(job *Job, result any) AckItem {
 	return job.delivery.AckItem(result)
 }
 
-func (w *Worker) finishAck(bg context.Context, job *Job, result any) {
-	item := w.ackItem(job, result)
+// finish marks the handler's job finished, unless a stop released it
+// first: then its late outcome is dropped (false). A finished job is never
+// released.
+func (w *Worker) finish(job *Job) bool {
 	job.keeping()
 	w.mu.Lock()
-	if job.released {
-		w.mu.Unlock()
+	defer w.mu.Unlock()
+	job.finished = !job.released
+	return job.finished
+}
+
+func (w *Worker) finishAck(bg context.Context, job *Job, result any) {
+	item := w.ackItem(job, result)
+	if !w.finish(job) {
 		return
 	}
-	job.finished = true
+	w.mu.Lock()
 	w.free++
 	if !w.polling && !w.pollerDone {
 		delete(w.inflight, job)
@@ -503,14 +511,9 @@ func codeOf(err error) string {
 }
 
 func (w *Worker) finishNack(bg context.Context, job *Job, reason string, delayMS *int64) {
-	job.keeping()
-	w.mu.Lock()
-	if job.released {
-		w.mu.Unlock()
+	if !w.finish(job) {
 		return
 	}
-	job.finished = true
-	w.mu.Unlock()
 	var fenced *Fenced
 	switch err := w.nack(bg, job, reason, delayMS); {
 	case err == nil:

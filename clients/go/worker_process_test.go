@@ -181,11 +181,27 @@ func (p *workerProc) kill() {
 	<-p.exited
 }
 
+// billingWorker starts a worker process of e.topic in group "billing"
+// whose handlers run sleepMS each.
+func (e *env) billingWorker(owner string, sleepMS int) *workerProc {
+	return startWorkerProc(e.t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: owner, SleepMS: sleepMS})
+}
+
+// oneJobWorker produces one message with key "k" and starts a worker
+// process whose handler runs sleepMS; it returns once the handler started.
+func (e *env) oneJobWorker(owner string, sleepMS int) *workerProc {
+	e.createTopic(onceq.TopicConfig{})
+	e.produce("m", "k")
+	w := e.billingWorker(owner, sleepMS)
+	w.event("started", 15*time.Second)
+	return w
+}
+
 func TestAWorkerKilledMidHandlerIsReplacedAndTheKeyCommittedOnce(t *testing.T) {
 	e := newEnv(t, "orders")
 	e.createTopic(onceq.TopicConfig{LeaseMS: 1000})
 	e.produce("order 7", "charge:order-7")
-	a := startWorkerProc(t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: "worker-a", SleepMS: 60000})
+	a := e.billingWorker("worker-a", 60000)
 	first := a.event("started", 15*time.Second)
 	if first["attempts"] != 1.0 {
 		t.Fatalf("first delivery: %v", first)
@@ -197,7 +213,7 @@ func TestAWorkerKilledMidHandlerIsReplacedAndTheKeyCommittedOnce(t *testing.T) {
 	// The same work produced again meanwhile (a duplicate upstream).
 	e.produce("order 7 again", "charge:order-7")
 
-	b := startWorkerProc(t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: "worker-b"})
+	b := e.billingWorker("worker-b", 0)
 	second := b.event("started", 15*time.Second)
 	if second["offset"] != first["offset"] || second["attempts"] != 2.0 {
 		t.Fatalf("redelivery %v after %v", second, first)
@@ -224,10 +240,8 @@ func TestAWorkerKilledMidHandlerIsReplacedAndTheKeyCommittedOnce(t *testing.T) {
 func TestSIGTERMFinishesTheRunningHandlerThenExits(t *testing.T) {
 	e := newEnv(t, "orders")
 	e.createTopic(onceq.TopicConfig{})
-	for i := 0; i < 3; i++ {
-		e.produce(fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", i))
-	}
-	w := startWorkerProc(t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: "worker-t", SleepMS: 1500})
+	e.produceN(3)
+	w := e.billingWorker("worker-t", 1500)
 	w.event("started", 15*time.Second)
 	w.signal(syscall.SIGTERM)
 	if code := w.wait(15 * time.Second); code != 0 {
@@ -254,10 +268,7 @@ func TestSIGTERMFinishesTheRunningHandlerThenExits(t *testing.T) {
 
 func TestSIGINTDrainsToo(t *testing.T) {
 	e := newEnv(t, "orders")
-	e.createTopic(onceq.TopicConfig{})
-	e.produce("m", "k")
-	w := startWorkerProc(t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: "worker-i", SleepMS: 500})
-	w.event("started", 15*time.Second)
+	w := e.oneJobWorker("worker-i", 500)
 	w.signal(syscall.SIGINT)
 	if code := w.wait(15 * time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -269,10 +280,7 @@ func TestSIGINTDrainsToo(t *testing.T) {
 
 func TestASecondSignalReleasesRunningJobsAtOnce(t *testing.T) {
 	e := newEnv(t, "orders")
-	e.createTopic(onceq.TopicConfig{})
-	e.produce("m", "k")
-	w := startWorkerProc(t, workerConfig{URL: shared.URL, Topic: e.topic, Group: "billing", Owner: "worker-2x", SleepMS: 60000})
-	w.event("started", 15*time.Second)
+	w := e.oneJobWorker("worker-2x", 60000)
 	w.signal(syscall.SIGTERM) // drain: the handler has 30 s to finish
 	time.Sleep(300 * time.Millisecond)
 	t0 := time.Now()

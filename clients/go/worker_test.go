@@ -398,9 +398,7 @@ func TestConcurrencyRunsNHandlersAtOnce(t *testing.T) {
 func TestCancellingTheContextFinishesTheRunningHandlerAndTakesNoMore(t *testing.T) {
 	e := newEnv(t, "jobs")
 	e.createTopic(onceq.TopicConfig{})
-	for i := 0; i < 3; i++ {
-		e.produce(fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", i))
-	}
+	e.produceN(3)
 	started := make(chan struct{}, 3)
 	w, _ := e.worker(e.c, func(ctx context.Context, job *onceq.Job) (any, error) {
 		started <- struct{}{}
