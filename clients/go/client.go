@@ -148,6 +148,10 @@ func (o *clientOptions) tls() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// CloseIdleConnections closes the kept-alive connections that are idle;
+// the client stays usable.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
 // URL is the base URL the client sends its requests to.
 func (c *Client) URL() string { return c.base }
 

@@ -222,9 +222,9 @@ func (w *Worker) notify() {
 }
 
 // Run processes messages until ctx is cancelled (or Stop), then drains and
-// returns nil. It returns the error at once if the server refuses the
-// worker for good (unknown topic, bad token: *InvalidArgument,
-// *Unauthorized, *Forbidden, *NotFound), after releasing what it holds.
+// returns nil. If the server refuses the worker for good (unknown topic,
+// bad token: *InvalidArgument, *Unauthorized, *Forbidden, *NotFound) it
+// stops as on Stop, drains, and returns that error.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.handler == nil {
 		return errors.New("onceq: Worker.Run: no handler (call Handle first)")
