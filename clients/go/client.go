@@ -38,6 +38,7 @@ type Client struct {
 	timeout      time.Duration
 	retries      int
 	maxRetryWait time.Duration
+	err          error // a URL or option NewClient could not use (Err)
 }
 
 // Option configures NewClient.
@@ -89,7 +90,29 @@ func WithMaxRetryWait(d time.Duration) Option {
 // NewClient makes a client of the server at baseURL ("http://127.0.0.1:8080",
 // "https://onceq.internal"; a path prefix is kept). It connects to nothing
 // yet: the first request does.
-func NewClient(baseURL string, opts ...Option) (*Client, error) {
+//
+// A URL or option it cannot use does not panic: the client answers every
+// call with an *InvalidArgument naming it, and Err returns it at once, for
+// programs that want to fail at start:
+//
+//	client := onceq.NewClient(url, onceq.WithCAFile("ca.pem"))
+//	if err := client.Err(); err != nil {
+//		log.Fatal(err)
+//	}
+func NewClient(baseURL string, opts ...Option) *Client {
+	c, err := newClient(baseURL, opts...)
+	if err != nil {
+		return &Client{hc: http.DefaultClient, err: &InvalidArgument{APIError{
+			Code: "INVALID_ARGUMENT", Message: err.Error()}}}
+	}
+	return c
+}
+
+// Err is the reason NewClient could not use its URL or options (an
+// *InvalidArgument), or nil for a usable client.
+func (c *Client) Err() error { return c.err }
+
+func newClient(baseURL string, opts ...Option) (*Client, error) {
 	o := clientOptions{timeout: 30 * time.Second, retries: 3, maxRetryWait: 5 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -176,6 +199,9 @@ type response struct {
 // do sends the call, retrying 429, 503 and network errors, and returns a
 // 2xx answer or the typed error.
 func (c *Client) do(ctx context.Context, k call) (*response, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	var data []byte
 	if k.body != nil {
 		var err error

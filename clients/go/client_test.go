@@ -173,11 +173,16 @@ func TestErrorsAreTypedAndMatchableWithErrorsAs(t *testing.T) {
 	if _, err := e.c.Cluster(e.ctx); !errors.As(err, &nf) {
 		t.Fatalf("cluster on a single node: %#v", err)
 	}
-	if _, err := onceq.NewClient("ftp://x"); err == nil {
-		t.Fatal("an ftp:// URL was accepted")
+	var bad *onceq.InvalidArgument
+	ftp := onceq.NewClient("ftp://x")
+	if err := ftp.Err(); !errors.As(err, &bad) {
+		t.Fatalf("an ftp:// URL was accepted: %#v", err)
 	}
-	if _, err := onceq.NewClient("http://x", onceq.WithHTTPClient(http.DefaultClient),
-		onceq.WithTLSConfig(&tls.Config{})); err == nil {
+	if _, err := ftp.Version(e.ctx); !errors.As(err, &bad) {
+		t.Fatalf("a call on a client with an ftp:// URL: %#v", err)
+	}
+	if err := onceq.NewClient("http://x", onceq.WithHTTPClient(http.DefaultClient),
+		onceq.WithTLSConfig(&tls.Config{})).Err(); !errors.As(err, &bad) {
 		t.Fatal("WithHTTPClient and WithTLSConfig were accepted together")
 	}
 	down := newClient(t, "http://127.0.0.1:1", onceq.WithRetries(1))

@@ -4,8 +4,8 @@
 // lease while it runs, and acks with the handler's result. Standard
 // library only; Go 1.19+.
 //
-//	client, err := onceq.NewClient("http://127.0.0.1:8080")
-//	if err != nil {
+//	client := onceq.NewClient("http://127.0.0.1:8080")
+//	if err := client.Err(); err != nil {
 //		log.Fatal(err)
 //	}
 //	worker := onceq.NewWorker(client, "orders", "billing", onceq.WithConcurrency(4))

@@ -52,11 +52,11 @@ func TestErrorAnswersBecomeTheirTypes(t *testing.T) {
 			w.WriteHeader(tc.status)
 			_, _ = w.Write([]byte(tc.body))
 		}))
-		c, err := onceq.NewClient(srv.URL, onceq.WithRetries(0))
-		if err != nil {
+		c := onceq.NewClient(srv.URL, onceq.WithRetries(0))
+		if err := c.Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.ListTopics(context.Background())
+		_, err := c.ListTopics(context.Background())
 		srv.Close()
 		var api *onceq.APIError
 		if !tc.check(err) || !errors.As(err, &api) || api.Status != tc.status || api.RequestID != "req-1" {

@@ -59,8 +59,8 @@ import (
 )
 
 func main() {
-	c, err := onceq.NewClient(os.Args[1])
-	if err != nil {
+	c := onceq.NewClient(os.Args[1])
+	if err := c.Err(); err != nil {
 		panic(err)
 	}
 	h, err := c.Healthz(context.Background())

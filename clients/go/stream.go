@@ -38,6 +38,9 @@ type Stream struct {
 
 // Stream opens a streaming consume; leaseMS 0 takes the topic's lease.
 func (c *Client) Stream(ctx context.Context, topic, group, owner string, leaseMS int64) (*Stream, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	q := url.Values{"topic": {topic}, "group": {group}, "owner": {owner}}
 	if leaseMS > 0 {
 		q.Set("lease_ms", strconv.FormatInt(leaseMS, 10))

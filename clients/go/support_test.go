@@ -181,8 +181,8 @@ func newEnv(t *testing.T, prefix string) *env {
 
 func newClient(t *testing.T, url string, opts ...onceq.Option) *onceq.Client {
 	t.Helper()
-	c, err := onceq.NewClient(url, opts...)
-	if err != nil {
+	c := onceq.NewClient(url, opts...)
+	if err := c.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -42,8 +42,8 @@ func workerMain() int {
 		b, _ := json.Marshal(fields)
 		os.Stdout.Write(append(b, '\n'))
 	}
-	client, err := onceq.NewClient(cfg.URL)
-	if err != nil {
+	client := onceq.NewClient(cfg.URL)
+	if err := client.Err(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
@@ -60,7 +60,7 @@ func workerMain() int {
 		return map[string]any{"by": cfg.Owner, "offset": job.Offset}, nil
 	})
 	emit("ready", map[string]any{"owner": w.Owner()})
-	err = onceq.RunWithSignals(context.Background(), w)
+	err := onceq.RunWithSignals(context.Background(), w)
 	s := w.Stats()
 	emit("stopped", map[string]any{"acked": s.Acked, "received": s.Received, "released": s.Released,
 		"extended": s.Extended, "stale": s.Stale, "error": fmt.Sprint(err)})

@@ -73,8 +73,8 @@ func chargeCard(ctx context.Context, paymentsURL string, o order, idempotencyKey
 }
 
 func runWorker(url, paymentsURL, topic, name string) error {
-	client, err := onceq.NewClient(url)
-	if err != nil {
+	client := onceq.NewClient(url)
+	if err := client.Err(); err != nil {
 		return err
 	}
 	opts := []onceq.WorkerOption{onceq.WithWait(time.Second)}
@@ -102,7 +102,7 @@ func runWorker(url, paymentsURL, topic, name string) error {
 		}
 		return map[string]string{"charge_id": c.ChargeID}, nil
 	})
-	err = onceq.RunWithSignals(context.Background(), worker)
+	err := onceq.RunWithSignals(context.Background(), worker)
 	fmt.Printf("  %s: stopped (%d acked)\n", name, worker.Stats().Acked)
 	return err
 }
@@ -160,8 +160,8 @@ func (api *paymentAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func demo(url string) error {
 	ctx := context.Background()
-	client, err := onceq.NewClient(url)
-	if err != nil {
+	client := onceq.NewClient(url)
+	if err := client.Err(); err != nil {
 		return err
 	}
 	topic := fmt.Sprintf("orders-demo-%d", os.Getpid())
