@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the client suites need (clients/test.sh): Debian packages
 # through apt-get when missing, and the TypeScript dev dependencies pinned
-# in clients/typescript/package-lock.json (npm ci). No PyPI: the Python
-# package uses the standard library only. Idempotent.
+# in clients/typescript/package-lock.json (npm ci). No PyPI, no Go module
+# proxy: the Python package and the Go module use their standard library
+# only. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 # python3-setuptools and python3-venv: the install test builds the package
 # with Debian's setuptools (pip install --no-build-isolation) in a venv;
-# openssl makes the TLS tests' certificate; nodejs brings node and npm.
-packages=(python3 python3-setuptools python3-venv python3-pip openssl nodejs)
+# openssl makes the TLS tests' certificate; nodejs brings node and npm;
+# golang-go is Debian 12's Go 1.19, the oldest Go clients/go supports.
+packages=(python3 python3-setuptools python3-venv python3-pip openssl nodejs golang-go)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -33,6 +35,13 @@ if [ "$major" -lt 20 ]; then
   exit 1
 fi
 command -v npm >/dev/null || { echo "clients/deps.sh: npm is missing" >&2; exit 1; }
+
+# Go 1.19+ (generics, atomic.Bool); golang-go puts go on PATH.
+gominor=$(go env GOVERSION 2>/dev/null | sed -nE 's/^go1\.([0-9]+).*/\1/p')
+if [ -z "$gominor" ] || [ "$gominor" -lt 19 ]; then
+  echo "clients/deps.sh: Go >= 1.19 is needed; found $(go version 2>/dev/null || echo none)" >&2
+  exit 1
+fi
 
 (cd "$here/typescript" && npm ci --no-audit --no-fund --loglevel=error)
 echo "clients/deps.sh: done"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the client suites against a real onceqd: clients/python (unittest),
-# then clients/typescript (npm ci, tsc, node --test). Each test starts its
-# own servers on ephemeral ports with fresh temp data dirs.
+# clients/typescript (npm ci, tsc, node --test), then clients/go (go vet,
+# go test; standard library only, so offline: GOPROXY=off). Each test starts
+# its own servers on ephemeral ports with fresh temp data dirs.
 #
 # usage: clients/test.sh [ONCEQD_BINARY]     (default: build/cmd/onceqd)
 # Exits non-zero if any test failed. Needs what clients/deps.sh installs.
@@ -43,6 +44,31 @@ f=$(grep -E '^ℹ fail [0-9]+' "$log/typescript" | tail -1 | grep -oE '[0-9]+' |
 s=$(grep -E '^ℹ skipped [0-9]+' "$log/typescript" | tail -1 | grep -oE '[0-9]+' || echo 0)
 passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 echo "== clients/typescript: $((SECONDS - t1)) s"
+
+t2=$SECONDS
+echo "== clients/go: go vet, go test"
+# GOCACHE: go's default lives under $HOME, which CI (root, or no HOME) may
+# not have or may not let it write; fall back to a private one.
+gocache=$(go env GOCACHE 2>/dev/null || true)
+if [ -z "$gocache" ] || [ "$gocache" = off ] || ! mkdir -p "$gocache" 2>/dev/null || [ ! -w "$gocache" ]; then
+  export GOCACHE=${TMPDIR:-/tmp}/onceq-go-cache-$(id -u)
+fi
+(
+  cd "$here/go" &&
+    export GOPROXY=off GOFLAGS= GO111MODULE=on &&
+    go vet ./... &&
+    timeout 600 go test -count=1 -timeout 9m -v ./...
+) 2>&1 | tee "$log/go"
+gostatus=${PIPESTATUS[0]}
+p=$(grep -cE '^--- PASS' "$log/go" || true)
+f=$(grep -cE '^--- FAIL' "$log/go" || true)
+s=$(grep -cE '^--- SKIP' "$log/go" || true)
+if [ "$gostatus" -ne 0 ]; then
+  status=1
+  [ "$f" -gt 0 ] || f=1 # go vet, the build or a panic failed outside a test
+fi
+passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+echo "== clients/go: $((SECONDS - t2)) s"
 
 [ "$failed" -eq 0 ] || status=1
 echo "== clients: $((SECONDS - t0)) s"

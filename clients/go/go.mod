@@ -1,0 +1,3 @@
+module onceq
+
+go 1.19
