@@ -2,7 +2,7 @@
 # Installs the dependencies, builds onceq and its tests, runs every test:
 # the C++ suites (ctest: unit, integration, crash loops, packaging), then
 # the client libraries' suites against the built server (clients/test.sh:
-# Python unittest, TypeScript node:test).
+# Python unittest, TypeScript node:test, Go go test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
