@@ -3,7 +3,7 @@
 # toolchain at run time.
 #   cmake -DUI_DIR=<http/ui> -DOPENAPI=<docs/openapi.json> -DOUT=<header> -P embed.cmake
 # The console is one page: UI_DIR/index.html with its <link> to style.css
-# and its <script> of app.js replaced by their contents (the three files
+# and its <script>s of replay.js and app.js replaced by their contents (the files
 # stay separate in the tree so that index.html also opens from disk while
 # editing). The page as served is also written next to OUT (onceq_ui.html).
 
@@ -28,15 +28,22 @@ endfunction()
 
 read_required(html ${UI_DIR}/index.html)
 read_required(css ${UI_DIR}/style.css)
-read_required(js ${UI_DIR}/app.js)
 # Inline text ending its element early would break the page.
-string(TOLOWER "${js}" js_lower)
 string(TOLOWER "${css}" css_lower)
-if(js_lower MATCHES "</script" OR css_lower MATCHES "</style")
-  message(FATAL_ERROR "embed.cmake: app.js or style.css contains a closing tag")
+if(css_lower MATCHES "</style")
+  message(FATAL_ERROR "embed.cmake: style.css contains a closing tag")
 endif()
 inline_once(html "<link rel=\"stylesheet\" href=\"style.css\">" "<style>\n${css}</style>")
-inline_once(html "<script src=\"app.js\"></script>" "<script>\n${js}</script>")
+# The page's scripts, each where index.html loads it (replay.js before
+# app.js, which calls it).
+foreach(script replay.js app.js)
+  read_required(js ${UI_DIR}/${script})
+  string(TOLOWER "${js}" js_lower)
+  if(js_lower MATCHES "</script")
+    message(FATAL_ERROR "embed.cmake: ${script} contains a closing tag")
+  endif()
+  inline_once(html "<script src=\"${script}\"></script>" "<script>\n${js}</script>")
+endforeach()
 
 get_filename_component(out_dir ${OUT} DIRECTORY)
 set(page ${out_dir}/onceq_ui.html)
