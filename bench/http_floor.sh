@@ -10,7 +10,8 @@
 # 127.0.0.1 and stops only the servers it started.
 #   bench/http_floor.sh [ONCEQD]   (default build-rel/cmd/onceqd)
 # Environment: SHARDS (onceqd --shards, default 1: one loop, as Redis has
-# one), SECONDS_PER_RUN (8).
+# one), SECONDS_PER_RUN (8), REDIS=0 (onceq's row only: for before/after
+# runs of onceqd).
 #
 # CALLGRIND=N: instead, the server's instructions per request, which a busy
 # machine does not blur: onceqd (--fsync none) under valgrind's callgrind,
@@ -108,10 +109,10 @@ dump("produce")
 def total(label):
     for f in glob.glob(os.path.join(d, "cg.*")):
         text = open(f, errors="replace").read()
-        if "trigger: Client Request: " + label not in text and "desc: Trigger: Client Request: " + label not in text:
+        if "desc: Trigger: dump " + label + "\n" not in text:
             continue
         for line in text.splitlines():
-            if line.startswith("summary:") or line.startswith("totals:"):
+            if line.startswith("summary:"):
                 return int(line.split()[1])
     raise SystemExit("no dump for " + label)
 for label in ("healthz", "produce"):
@@ -131,6 +132,8 @@ c1=$(cpu_ticks "${pids[0]}")
 n=$(awk '/requests in/ {print $1}' <<<"$out")
 rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
 echo "onceq GET /v1/healthz (--shards $shards): $rate req/s, server CPU $(per_request "$c0" "$c1" "$n") us/request"
+
+[[ "${REDIS:-1}" == 0 ]] && exit 0
 
 rport=18932
 redis-server --port "$rport" --dir "$dir" --appendonly yes --appendfsync always --save '' \

@@ -122,13 +122,34 @@ class ServerTest : public ::testing::TestWithParam<bool> {
   ~ServerTest() override {
     srv_.stop();
     h_.core().stop();
+    expect_no_sessions_soon();
+    work_.reset();
+    ioc_.stop();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Every session ends within 5 s.
+  void expect_no_sessions_soon() {
     for (int i = 0; i < 500 && srv_.session_count() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     EXPECT_EQ(srv_.session_count(), 0u);
-    work_.reset();
-    ioc_.stop();
-    for (auto& t : threads_) t.join();
+  }
+
+  // A streamed consume's answer, read as it comes.
+  struct stream_head {
+    beast::flat_buffer buf;
+    bhttp::response_parser<bhttp::string_body> parser;
+  };
+
+  // Starts a streamed consume of topic t, group g, on s; reads its head
+  // into st and answers its status.
+  static unsigned open_stream(conn& s, std::string_view owner, stream_head& st) {
+    const std::string req = "GET /v1/consume?topic=t&group=g&owner=" + std::string(owner) +
+                            " HTTP/1.1\r\nHost: x\r\n\r\n";
+    asio::write(s, asio::buffer(req));
+    bhttp::read_header(s, st.buf, st.parser);
+    return st.parser.get().result_int();
   }
 
   conn connect() { return conn(client_ioc_, port_, GetParam() ? &client_tls_ : nullptr); }
@@ -312,15 +333,10 @@ TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {
   h_.post("/v1/topics", {{"name", "t"}});
   h_.post("/v1/produce", {{"topic", "t"}, {"value", "first"}});
   auto s = connect();
-  std::string req = "GET /v1/consume?topic=t&group=g&owner=s HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-
-  beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::string_body> parser;
-  bhttp::read_header(s, buf, parser);
-  EXPECT_EQ(parser.get().result_int(), 200);
-  EXPECT_TRUE(parser.get().chunked());
-  EXPECT_EQ(parser.get()[bhttp::field::content_type], "application/x-ndjson");
+  stream_head st;
+  EXPECT_EQ(open_stream(s, "s", st), 200u);
+  EXPECT_TRUE(st.parser.get().chunked());
+  EXPECT_EQ(st.parser.get()[bhttp::field::content_type], "application/x-ndjson");
 
   // Collect chunk bodies until two lines arrived.
   std::string lines;
@@ -329,11 +345,11 @@ TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {
     ec = {};
     return body.size();
   };
-  parser.on_chunk_body(on_body);
+  st.parser.on_chunk_body(on_body);
   h_.post("/v1/produce", {{"topic", "t"}, {"value", "second"}});
   while (std::count(lines.begin(), lines.end(), '\n') < 2) {
     beast::error_code ec;
-    bhttp::read_some(s, buf, parser, ec);
+    bhttp::read_some(s, st.buf, st.parser, ec);
     ASSERT_FALSE(ec) << ec.message();
   }
   auto got = lines_of(lines);
@@ -343,22 +359,15 @@ TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {
 
   // The client leaves; the session ends on its own.
   s.close();
-  for (int i = 0; i < 300 && srv_.session_count() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(srv_.session_count(), 0u);
+  expect_no_sessions_soon();
 }
 
 TEST_P(ServerTest, ClosedStreamTakesNoMoreMessages) {
   h_.post("/v1/topics", {{"name", "t"}});
   {
     auto s = connect();
-    std::string req = "GET /v1/consume?topic=t&group=g&owner=gone HTTP/1.1\r\nHost: x\r\n\r\n";
-    asio::write(s, asio::buffer(req));
-    beast::flat_buffer buf;
-    bhttp::response_parser<bhttp::string_body> parser;
-    bhttp::read_header(s, buf, parser);
-    ASSERT_EQ(parser.get().result_int(), 200);
+    stream_head st;
+    ASSERT_EQ(open_stream(s, "gone", st), 200u);
   }  // the client leaves while its poll is parked in the core
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (int i = 0; i < 3; ++i) h_.post("/v1/produce", {{"topic", "t"}, {"value", "m"}});
@@ -379,28 +388,21 @@ TEST_P(ServerTest, StopClosesIdleConnections) {
   srv_.stop();
   EXPECT_TRUE(closed_by_server(s));
   // No new connections are served.
-  for (int i = 0; i < 100 && srv_.session_count() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(srv_.session_count(), 0u);
+  expect_no_sessions_soon();
 }
 
 TEST_P(ServerTest, StopEndsStreams) {
   h_.post("/v1/topics", {{"name", "t"}});
   auto s = connect();
-  std::string req = "GET /v1/consume?topic=t&group=g&owner=s HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-  beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::string_body> parser;
-  bhttp::read_header(s, buf, parser);
-  ASSERT_EQ(parser.get().result_int(), 200);
+  stream_head st;
+  ASSERT_EQ(open_stream(s, "s", st), 200u);
   srv_.stop();
   h_.core().stop();
   // The stream ends with the last chunk (a complete message), then the close.
   beast::error_code ec;
-  bhttp::read(s, buf, parser, ec);
+  bhttp::read(s, st.buf, st.parser, ec);
   EXPECT_FALSE(ec) << ec.message();
-  EXPECT_TRUE(parser.is_done());
+  EXPECT_TRUE(st.parser.is_done());
   EXPECT_TRUE(closed_by_server(s));
 }
 
