@@ -11,14 +11,14 @@
 #   bench/http_floor.sh [ONCEQD]   (default build-rel/cmd/onceqd)
 # Environment: SHARDS (onceqd --shards, default 1: one loop, as Redis has
 # one), SECONDS_PER_RUN (8), REDIS=0 (onceq's row only: for before/after
-# runs of onceqd).
+# runs of onceqd), TLS=1 (onceq serves HTTPS with a throwaway certificate;
+# needs openssl).
 #
 # CALLGRIND=N: instead, the server's instructions per request, which a busy
 # machine does not blur: onceqd (--fsync none) under valgrind's callgrind,
 # one kept-alive client sending N GET /v1/healthz, then N POST /v1/produce
 # of one message each; counters zeroed after a warm-up and dumped after
-# each phase (callgrind_control). Prints Ir/request for each. TLS=1 serves
-# HTTPS with a throwaway certificate (needs openssl).
+# each phase (callgrind_control). Prints Ir/request for each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 onceqd="${1:-build-rel/cmd/onceqd}"
@@ -45,15 +45,18 @@ wait_port() {
   exit 1
 }
 
+tls_args=()
+scheme=http
+if [[ -n "${TLS:-}" ]]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/key.pem" -out "$dir/cert.pem" \
+    -days 1 -subj /CN=127.0.0.1 >/dev/null 2>&1
+  tls_args=(--tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem")
+  scheme=https
+fi
+
 if [[ -n "${CALLGRIND:-}" ]]; then
   n="$CALLGRIND"
   port=18933
-  tls_args=()
-  if [[ -n "${TLS:-}" ]]; then
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/key.pem" -out "$dir/cert.pem" \
-      -days 1 -subj /CN=127.0.0.1 >/dev/null 2>&1
-    tls_args=(--tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem")
-  fi
   valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
     "$onceqd" --listen "127.0.0.1:$port" --shards "$shards" --data-dir "$dir/onceq" \
     --fsync none "${tls_args[@]}" >"$dir/onceq.log" 2>&1 &
@@ -123,15 +126,15 @@ fi
 
 port=18931
 "$onceqd" --listen "127.0.0.1:$port" --shards "$shards" --data-dir "$dir/onceq" \
-  >"$dir/onceq.log" 2>&1 &
+  "${tls_args[@]}" >"$dir/onceq.log" 2>&1 &
 pids+=($!)
 wait_port "$port"
 c0=$(cpu_ticks "${pids[0]}")
-out=$(wrk -t2 -c64 -d"${secs}s" "http://127.0.0.1:$port/v1/healthz")
+out=$(wrk -t2 -c64 -d"${secs}s" "$scheme://127.0.0.1:$port/v1/healthz")
 c1=$(cpu_ticks "${pids[0]}")
 n=$(awk '/requests in/ {print $1}' <<<"$out")
 rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-echo "onceq GET /v1/healthz (--shards $shards): $rate req/s, server CPU $(per_request "$c0" "$c1" "$n") us/request"
+echo "onceq GET /v1/healthz (--shards $shards${TLS:+, TLS}): $rate req/s, server CPU $(per_request "$c0" "$c1" "$n") us/request"
 
 [[ "${REDIS:-1}" == 0 ]] && exit 0
 
