@@ -44,11 +44,6 @@ using tls_stream = asio::ssl::stream<tcp::socket>;
 constexpr auto k_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr auto k_relaxed = std::memory_order_relaxed;
 
-// TLS: an answer whose body is at most this long goes out as one record
-// with its head (one SSL_write, one send) instead of two; Asio's SSL
-// stream writes one buffer of a gathered write per record.
-constexpr std::size_t k_tls_coalesce_bytes = 16u << 10;
-
 // What the drain after a refused request reads per read (into the read
 // buffer, which the connection no longer needs).
 constexpr std::size_t k_drain_read_bytes = 8u << 10;
@@ -73,8 +68,8 @@ void start_plain(tcp::socket socket, router& r, std::shared_ptr<session_registry
 // (http/deadline_sweep.hpp) closes the sockets whose deadline has passed.
 // A streamed consume is a coroutine: long-lived, rare, and not the hot
 // path. What TLS adds is in `if constexpr (k_tls)`: the handshake (with
-// the plain 400 for plain HTTP on the TLS port), the coalesced write of a
-// small answer and close_notify; a TLS session never migrates.
+// the plain 400 for plain HTTP on the TLS port) and close_notify; a TLS
+// session never migrates.
 template <class Stream>
 class basic_session final : public session,
                             public timed,
@@ -376,17 +371,9 @@ class basic_session final : public session,
       self->res_.body().clear();
       then_(*self, !ec);
     };
-    if constexpr (k_tls) {
-      if (res_.body().size() <= k_tls_coalesce_bytes) {
-        head_ += res_.body();
-        if constexpr (Raw) {
-          asio::async_write(socket(), asio::buffer(head_), std::move(done));
-        } else {
-          asio::async_write(stream_, asio::buffer(head_), std::move(done));
-        }
-        return;
-      }
-    }
+    // Under TLS, Asio's SSL stream copies the front of a gathered write
+    // into one record of up to 8 KiB (its linearisation), so a small
+    // answer is still one SSL_write and one send.
     const std::array<asio::const_buffer, 2> bytes{asio::buffer(head_), asio::buffer(res_.body())};
     if constexpr (Raw) {
       asio::async_write(socket(), bytes, std::move(done));
