@@ -12,8 +12,8 @@
 
 #include <boost/system/error_code.hpp>
 
-#include "http/options.hpp"
 #include "base/errc.hpp"
+#include "http/options.hpp"
 
 namespace onceq::http {
 
