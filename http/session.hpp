@@ -3,19 +3,20 @@
 // One HTTP/1.1 connection, plain or TLS: reads requests one after another
 // (keep-alive; pipelined requests are answered in order), hands each to the
 // router and writes its answer, or streams chunked NDJSON for a streamed
-// consume. Plain sessions are callbacks (plain_session.cpp, the hot path),
-// TLS sessions coroutines over Beast's ssl_stream (session.cpp); both keep
-// every rule below.
+// consume. One session template (session.cpp) over the stream type: plain
+// TCP or Asio's SSL stream over it, as Beast's advanced_server_flex does;
+// both run every rule below with the same code.
 //
 // Limits (http_options): max_body_bytes -> 413 PAYLOAD_TOO_LARGE, then
 // close; max_header_bytes -> 400, then close; header_timeout_ms for a
 // request's header block (from the connection's start, or from the first
 // byte of a later request), then close without an answer; idle_timeout_ms
-// between requests and per read of a body; write_timeout_ms per write
-// (plain sessions check these deadlines in a per-loop sweep: up to one
-// sweep period late, http/deadline_sweep.hpp).
-// Malformed HTTP gets 400 and the connection closes. "Expect: 100-continue"
-// is answered before the body is read.
+// between requests and per read of a body; write_timeout_ms per write.
+// Timeouts are deadlines checked in a per-loop sweep: up to one sweep
+// period late (http/deadline_sweep.hpp). Malformed HTTP gets 400 and the
+// connection closes. After a 413 or 400 the rest of the request is read and
+// discarded for a while (session_rules.hpp), so the client reads the
+// answer. "Expect: 100-continue" is answered before the body is read.
 //
 // TLS: the handshake has tls_handshake_timeout_ms from accept. A plain HTTP
 // request on the TLS port gets a plain 400 and the connection closes. A

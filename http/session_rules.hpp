@@ -1,8 +1,8 @@
 #pragma once
 
-// What both sessions (plain_session.cpp, session.cpp) share of session.hpp's
-// rules: how a request the parser refused is answered, and the limits of
-// the drain after it.
+// session.hpp's rules as data, for the session over either stream
+// (session.cpp): how a request the parser refused is answered, and the
+// limits of the drain after it.
 
 #include <chrono>
 #include <cstddef>
@@ -12,8 +12,8 @@
 
 #include <boost/system/error_code.hpp>
 
-#include "http/options.hpp"
 #include "base/errc.hpp"
+#include "http/options.hpp"
 
 namespace onceq::http {
 

@@ -4,8 +4,8 @@
 // max_messages), after its head: the first poll's lines, then each next
 // poll's, as HTTP/1.1 chunks (or raw bytes for HTTP/1.0, whose body ends
 // at the close), until the client leaves, the session stops, or a poll
-// fails; then the last chunk. Both sessions (plain and TLS) send it with
-// this one loop over their own stream.
+// fails; then the last chunk. The session sends it over its stream, plain
+// or TLS alike.
 
 #include <string>
 #include <tuple>

@@ -1,6 +1,11 @@
 #include "http/server.hpp"
 
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -9,6 +14,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -25,8 +33,69 @@ using tcp = asio::ip::tcp;
 namespace beast = boost::beast;
 using bhttp::verb;
 
-// A real server on 127.0.0.1:<ephemeral> with two I/O threads.
-class ServerTest : public ::testing::Test {
+// A self-signed P-256 certificate for 127.0.0.1, made in memory.
+std::shared_ptr<asio::ssl::context> test_tls_context() {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* cert = X509_new();
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+  X509_gmtime_adj(X509_getm_notBefore(cert), 0);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 86400);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+  X509_set_issuer_name(cert, name);
+  X509_sign(cert, key, EVP_sha256());
+  EXPECT_EQ(SSL_CTX_use_certificate(ctx->native_handle(), cert), 1);
+  EXPECT_EQ(SSL_CTX_use_PrivateKey(ctx->native_handle(), key), 1);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return ctx;
+}
+
+// A client connection, plain or TLS (handshake done), as a synchronous
+// stream for Beast's and Asio's free functions.
+class conn {
+ public:
+  conn(asio::io_context& ioc, std::uint16_t port, asio::ssl::context* tls) {
+    tcp::socket s(ioc);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    if (tls == nullptr) {
+      plain_.emplace(std::move(s));
+      return;
+    }
+    tls_.emplace(std::move(s), *tls);
+    tls_->handshake(asio::ssl::stream_base::client);
+  }
+
+  template <class Buffers>
+  std::size_t read_some(const Buffers& b, beast::error_code& ec) {
+    return tls_ ? tls_->read_some(b, ec) : plain_->read_some(b, ec);
+  }
+  template <class Buffers>
+  std::size_t read_some(const Buffers& b) {
+    return tls_ ? tls_->read_some(b) : plain_->read_some(b);
+  }
+  template <class Buffers>
+  std::size_t write_some(const Buffers& b, beast::error_code& ec) {
+    return tls_ ? tls_->write_some(b, ec) : plain_->write_some(b, ec);
+  }
+  template <class Buffers>
+  std::size_t write_some(const Buffers& b) {
+    return tls_ ? tls_->write_some(b) : plain_->write_some(b);
+  }
+  void close() { tls_ ? tls_->next_layer().close() : plain_->close(); }
+
+ private:
+  std::optional<tcp::socket> plain_;
+  std::optional<asio::ssl::stream<tcp::socket>> tls_;
+};
+
+// A real server on 127.0.0.1:<ephemeral> with two I/O threads, serving
+// plain HTTP or HTTPS (the parameter): both run the one session
+// (http/session.cpp), so every rule below holds for both.
+class ServerTest : public ::testing::TestWithParam<bool> {
  protected:
   static http_options options() {
     http_options o = test_options();
@@ -36,7 +105,13 @@ class ServerTest : public ::testing::Test {
     return o;
   }
 
-  explicit ServerTest(const http_options& o = options()) : h_(o), srv_(ioc_, h_.routes(), o) {
+  static std::shared_ptr<asio::ssl::context> server_tls() {
+    return GetParam() ? test_tls_context() : nullptr;
+  }
+
+  explicit ServerTest(const http_options& o = options())
+      : h_(o), srv_(ioc_, h_.routes(), o, server_tls()) {
+    client_tls_.set_verify_mode(asio::ssl::verify_none);
     auto ep = srv_.listen();
     EXPECT_TRUE(ep.ok());
     port_ = ep->port();
@@ -47,23 +122,45 @@ class ServerTest : public ::testing::Test {
   ~ServerTest() override {
     srv_.stop();
     h_.core().stop();
-    for (int i = 0; i < 500 && srv_.session_count() > 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(srv_.session_count(), 0u);
+    expect_no_sessions_soon();
     work_.reset();
     ioc_.stop();
     for (auto& t : threads_) t.join();
   }
 
-  tcp::socket connect() {
+  // Every session ends within 5 s.
+  void expect_no_sessions_soon() {
+    for (int i = 0; i < 500 && srv_.session_count() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(srv_.session_count(), 0u);
+  }
+
+  // A streamed consume's answer, read as it comes.
+  struct stream_head {
+    beast::flat_buffer buf;
+    bhttp::response_parser<bhttp::string_body> parser;
+  };
+
+  // Starts a streamed consume of topic t, group g, on s; reads its head
+  // into st and answers its status.
+  static unsigned open_stream(conn& s, std::string_view owner, stream_head& st) {
+    const std::string req = "GET /v1/consume?topic=t&group=g&owner=" + std::string(owner) +
+                            " HTTP/1.1\r\nHost: x\r\n\r\n";
+    asio::write(s, asio::buffer(req));
+    bhttp::read_header(s, st.buf, st.parser);
+    return st.parser.get().result_int();
+  }
+
+  conn connect() { return conn(client_ioc_, port_, GetParam() ? &client_tls_ : nullptr); }
+
+  tcp::socket connect_plain() {
     tcp::socket s(client_ioc_);
     s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
     return s;
   }
 
-  static response roundtrip(tcp::socket& s, verb method, std::string_view target,
-                            std::string body = {}) {
+  static response roundtrip(conn& s, verb method, std::string_view target, std::string body = {}) {
     request req{method, target, 11};
     req.set(bhttp::field::host, "127.0.0.1");
     req.body() = std::move(body);
@@ -72,7 +169,7 @@ class ServerTest : public ::testing::Test {
     return read_response(s);
   }
 
-  static response read_response(tcp::socket& s) {
+  static response read_response(conn& s) {
     static thread_local beast::flat_buffer buf;
     buf.clear();
     response res;
@@ -80,17 +177,19 @@ class ServerTest : public ::testing::Test {
     return res;
   }
 
-  // Reads until the server closes; true if it did (EOF or reset).
-  static bool closed_by_server(tcp::socket& s) {
+  // Reads until the server closes; true if it did (EOF, reset, or under
+  // TLS a close without close_notify).
+  template <class Stream>
+  static bool closed_by_server(Stream& s) {
     char c;
     beast::error_code ec;
     s.read_some(asio::buffer(&c, 1), ec);
-    return ec == asio::error::eof || ec == asio::error::connection_reset;
+    return ec == asio::error::eof || ec == asio::error::connection_reset ||
+           ec == asio::ssl::error::stream_truncated;
   }
 
-  std::string raw_exchange(std::string_view bytes) {
-    tcp::socket s = connect();
-    asio::write(s, asio::buffer(bytes));
+  template <class Stream>
+  static std::string read_to_close(Stream& s) {
     std::string out;
     beast::error_code ec;
     std::array<char, 4096> buf;
@@ -102,6 +201,13 @@ class ServerTest : public ::testing::Test {
     return out;
   }
 
+  std::string raw_exchange(std::string_view bytes) {
+    conn s = connect();
+    asio::write(s, asio::buffer(bytes));
+    return read_to_close(s);
+  }
+
+  asio::ssl::context client_tls_{asio::ssl::context::tls_client};
   router_harness h_;
   asio::io_context ioc_;
   asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(ioc_);
@@ -111,7 +217,7 @@ class ServerTest : public ::testing::Test {
   asio::io_context client_ioc_;
 };
 
-TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+TEST_P(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   auto s = connect();
   for (int i = 0; i < 3; ++i) {
     auto res = roundtrip(s, verb::get, "/v1/healthz");
@@ -123,7 +229,7 @@ TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_EQ(srv_.session_count(), 1u);
 }
 
-TEST_F(ServerTest, NoContentKeepsTheConnectionUsable) {
+TEST_P(ServerTest, NoContentKeepsTheConnectionUsable) {
   h_.post("/v1/topics", {{"name", "t"}});
   auto s = connect();
   auto del = roundtrip(s, verb::delete_, "/v1/topics/t");
@@ -133,7 +239,7 @@ TEST_F(ServerTest, NoContentKeepsTheConnectionUsable) {
   EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
 }
 
-TEST_F(ServerTest, ConnectionCloseIsHonoured) {
+TEST_P(ServerTest, ConnectionCloseIsHonoured) {
   auto s = connect();
   request req{verb::get, "/v1/healthz", 11};
   req.keep_alive(false);
@@ -144,7 +250,7 @@ TEST_F(ServerTest, ConnectionCloseIsHonoured) {
   EXPECT_TRUE(closed_by_server(s));
 }
 
-TEST_F(ServerTest, OversizedBodyGets413AndClose) {
+TEST_P(ServerTest, OversizedBodyGets413AndClose) {
   auto s = connect();
   request req{verb::post, "/v1/produce", 11};
   req.set("X-Request-Id", "big-1");
@@ -158,7 +264,7 @@ TEST_F(ServerTest, OversizedBodyGets413AndClose) {
   EXPECT_TRUE(closed_by_server(s));
 }
 
-TEST_F(ServerTest, BodyAtTheLimitIsRead) {
+TEST_P(ServerTest, BodyAtTheLimitIsRead) {
   h_.post("/v1/topics", {{"name", "t"}});
   auto s = connect();
   std::string value(4096 - 40, 'v');
@@ -168,27 +274,27 @@ TEST_F(ServerTest, BodyAtTheLimitIsRead) {
   EXPECT_EQ(res.result_int(), 200) << res.body();
 }
 
-TEST_F(ServerTest, MalformedRequestGets400AndClose) {
+TEST_P(ServerTest, MalformedRequestGets400AndClose) {
   std::string out = raw_exchange("THIS IS NOT HTTP\r\n\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
   EXPECT_NE(out.find("\"error\":\"INVALID_ARGUMENT\""), std::string::npos) << out;
   EXPECT_NE(out.find("X-Request-Id"), std::string::npos);
 }
 
-TEST_F(ServerTest, BadChunkedBodyGets400) {
+TEST_P(ServerTest, BadChunkedBodyGets400) {
   std::string out = raw_exchange(
       "POST /v1/produce HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
 }
 
-TEST_F(ServerTest, HugeHeaderGets400) {
+TEST_P(ServerTest, HugeHeaderGets400) {
   std::string req =
       "GET /v1/healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n";
   std::string out = raw_exchange(req);
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out.substr(0, 200);
 }
 
-TEST_F(ServerTest, ExpectContinueIsAnswered) {
+TEST_P(ServerTest, ExpectContinueIsAnswered) {
   h_.post("/v1/topics", {{"name", "t"}});
   auto s = connect();
   std::string body = R"({"topic":"t","value":"v"})";
@@ -211,7 +317,7 @@ TEST_F(ServerTest, ExpectContinueIsAnswered) {
   EXPECT_EQ(res.result_int(), 200) << res.body();
 }
 
-TEST_F(ServerTest, PipelinedRequestsAnswerInOrder) {
+TEST_P(ServerTest, PipelinedRequestsAnswerInOrder) {
   std::string two =
       "GET /v1/version HTTP/1.1\r\nHost: x\r\n\r\n"
       "GET /v1/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -223,19 +329,14 @@ TEST_F(ServerTest, PipelinedRequestsAnswerInOrder) {
   EXPECT_LT(v, h);
 }
 
-TEST_F(ServerTest, StreamConsumeSendsChunkedLines) {
+TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {
   h_.post("/v1/topics", {{"name", "t"}});
   h_.post("/v1/produce", {{"topic", "t"}, {"value", "first"}});
   auto s = connect();
-  std::string req = "GET /v1/consume?topic=t&group=g&owner=s HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-
-  beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::string_body> parser;
-  bhttp::read_header(s, buf, parser);
-  EXPECT_EQ(parser.get().result_int(), 200);
-  EXPECT_TRUE(parser.get().chunked());
-  EXPECT_EQ(parser.get()[bhttp::field::content_type], "application/x-ndjson");
+  stream_head st;
+  EXPECT_EQ(open_stream(s, "s", st), 200u);
+  EXPECT_TRUE(st.parser.get().chunked());
+  EXPECT_EQ(st.parser.get()[bhttp::field::content_type], "application/x-ndjson");
 
   // Collect chunk bodies until two lines arrived.
   std::string lines;
@@ -244,11 +345,11 @@ TEST_F(ServerTest, StreamConsumeSendsChunkedLines) {
     ec = {};
     return body.size();
   };
-  parser.on_chunk_body(on_body);
+  st.parser.on_chunk_body(on_body);
   h_.post("/v1/produce", {{"topic", "t"}, {"value", "second"}});
   while (std::count(lines.begin(), lines.end(), '\n') < 2) {
     beast::error_code ec;
-    bhttp::read_some(s, buf, parser, ec);
+    bhttp::read_some(s, st.buf, st.parser, ec);
     ASSERT_FALSE(ec) << ec.message();
   }
   auto got = lines_of(lines);
@@ -258,22 +359,15 @@ TEST_F(ServerTest, StreamConsumeSendsChunkedLines) {
 
   // The client leaves; the session ends on its own.
   s.close();
-  for (int i = 0; i < 300 && srv_.session_count() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(srv_.session_count(), 0u);
+  expect_no_sessions_soon();
 }
 
-TEST_F(ServerTest, ClosedStreamTakesNoMoreMessages) {
+TEST_P(ServerTest, ClosedStreamTakesNoMoreMessages) {
   h_.post("/v1/topics", {{"name", "t"}});
   {
     auto s = connect();
-    std::string req = "GET /v1/consume?topic=t&group=g&owner=gone HTTP/1.1\r\nHost: x\r\n\r\n";
-    asio::write(s, asio::buffer(req));
-    beast::flat_buffer buf;
-    bhttp::response_parser<bhttp::string_body> parser;
-    bhttp::read_header(s, buf, parser);
-    ASSERT_EQ(parser.get().result_int(), 200);
+    stream_head st;
+    ASSERT_EQ(open_stream(s, "gone", st), 200u);
   }  // the client leaves while its poll is parked in the core
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (int i = 0; i < 3; ++i) h_.post("/v1/produce", {{"topic", "t"}, {"value", "m"}});
@@ -288,38 +382,31 @@ TEST_F(ServerTest, ClosedStreamTakesNoMoreMessages) {
   EXPECT_EQ(got, 3u);
 }
 
-TEST_F(ServerTest, StopClosesIdleConnections) {
+TEST_P(ServerTest, StopClosesIdleConnections) {
   auto s = connect();
   EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
   srv_.stop();
   EXPECT_TRUE(closed_by_server(s));
   // No new connections are served.
-  for (int i = 0; i < 100 && srv_.session_count() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(srv_.session_count(), 0u);
+  expect_no_sessions_soon();
 }
 
-TEST_F(ServerTest, StopEndsStreams) {
+TEST_P(ServerTest, StopEndsStreams) {
   h_.post("/v1/topics", {{"name", "t"}});
   auto s = connect();
-  std::string req = "GET /v1/consume?topic=t&group=g&owner=s HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-  beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::string_body> parser;
-  bhttp::read_header(s, buf, parser);
-  ASSERT_EQ(parser.get().result_int(), 200);
+  stream_head st;
+  ASSERT_EQ(open_stream(s, "s", st), 200u);
   srv_.stop();
   h_.core().stop();
   // The stream ends with the last chunk (a complete message), then the close.
   beast::error_code ec;
-  bhttp::read(s, buf, parser, ec);
+  bhttp::read(s, st.buf, st.parser, ec);
   EXPECT_FALSE(ec) << ec.message();
-  EXPECT_TRUE(parser.is_done());
+  EXPECT_TRUE(st.parser.is_done());
   EXPECT_TRUE(closed_by_server(s));
 }
 
-TEST_F(ServerTest, Http10StreamIsNotChunked) {
+TEST_P(ServerTest, Http10StreamIsNotChunked) {
   h_.post("/v1/topics", {{"name", "t"}});
   h_.post("/v1/produce", {{"topic", "t"}, {"value", "old-client"}});
   auto s = connect();
@@ -340,9 +427,10 @@ TEST_F(ServerTest, Http10StreamIsNotChunked) {
   EXPECT_EQ(lines[0]["value"], "old-client");
 }
 
-// Timeouts are deadlines swept once per period on each loop (plain
-// sessions: http/plain_session.cpp), not a timer per read: a connection
-// still closes when its deadline passes, and not before.
+// Timeouts are deadlines swept once per period on each loop
+// (http/deadline_sweep.hpp), not a timer per read, for plain and TLS
+// sessions alike: a connection still closes when its deadline passes, and
+// not before.
 class ServerTimeoutTest : public ServerTest {
  protected:
   static http_options short_timeouts() {
@@ -351,6 +439,7 @@ class ServerTimeoutTest : public ServerTest {
     // a 150 ms pause between requests past it.
     o.idle_timeout_ms = 600;
     o.header_timeout_ms = 600;
+    o.tls_handshake_timeout_ms = 600;
     return o;
   }
   ServerTimeoutTest() : ServerTest(short_timeouts()) {}
@@ -359,9 +448,18 @@ class ServerTimeoutTest : public ServerTest {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                  t);
   }
+
+  // The server closes s one timeout (600 ms; a sweep period late at most)
+  // after started.
+  template <class Stream>
+  static void expect_cut_in_time(Stream& s, std::chrono::steady_clock::time_point started) {
+    EXPECT_TRUE(closed_by_server(s));
+    EXPECT_GE(since(started).count(), 550);
+    EXPECT_LT(since(started).count(), 5000);
+  }
 };
 
-TEST_F(ServerTimeoutTest, AnIdleKeptAliveConnectionClosesAfterTheIdleTimeoutNotBefore) {
+TEST_P(ServerTimeoutTest, AnIdleKeptAliveConnectionClosesAfterTheIdleTimeoutNotBefore) {
   auto s = connect();
   EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
   // Each request moves the deadline: five requests 150 ms apart span
@@ -376,26 +474,55 @@ TEST_F(ServerTimeoutTest, AnIdleKeptAliveConnectionClosesAfterTheIdleTimeoutNotB
   EXPECT_LT(since(idle_since).count(), 5000);
 }
 
-TEST_F(ServerTimeoutTest, AStalledBodyIsCut) {
+TEST_P(ServerTimeoutTest, AStalledBodyIsCut) {
   auto s = connect();
   const auto started = std::chrono::steady_clock::now();
   std::string head =
       "POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"topic\"";
   asio::write(s, asio::buffer(head));
-  EXPECT_TRUE(closed_by_server(s));
-  EXPECT_GE(since(started).count(), 550);
-  EXPECT_LT(since(started).count(), 5000);
+  expect_cut_in_time(s, started);
 }
 
-TEST_F(ServerTimeoutTest, AStalledHeaderIsCutAndCounted) {
+TEST_P(ServerTimeoutTest, AStalledHeaderIsCutAndCounted) {
   auto s = connect();
   const auto started = std::chrono::steady_clock::now();
   asio::write(s, asio::buffer(std::string_view("GET /v1/healthz HTTP/1.1\r\nHost: x\r\n")));
-  EXPECT_TRUE(closed_by_server(s));
-  EXPECT_GE(since(started).count(), 550);
-  EXPECT_LT(since(started).count(), 5000);
+  expect_cut_in_time(s, started);
   EXPECT_EQ(h_.routes().metrics().connections().header_timeouts.load(), 1u);
 }
+
+TEST_P(ServerTimeoutTest, AStalledTlsHandshakeIsCutAndCounted) {
+  if (!GetParam()) GTEST_SKIP() << "TLS only";
+  auto s = connect_plain();
+  const auto started = std::chrono::steady_clock::now();
+  // The first bytes of a ClientHello record, then nothing.
+  const unsigned char hello[] = {0x16, 0x03, 0x01, 0x00, 0x40, 0x01};
+  asio::write(s, asio::buffer(hello));
+  expect_cut_in_time(s, started);
+  // Counted when the cut handshake's callback runs, which may be after the
+  // client saw the close.
+  const auto& failures = h_.routes().metrics().connections().tls_handshake_failures;
+  for (int i = 0; i < 500 && failures.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(failures.load(), 1u);
+}
+
+TEST_P(ServerTest, PlainHttpOnTheTlsPortGetsAPlain400) {
+  if (!GetParam()) GTEST_SKIP() << "TLS only";
+  auto s = connect_plain();
+  asio::write(s, asio::buffer(std::string_view("GET /v1/healthz HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::string out = read_to_close(s);
+  EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
+  EXPECT_NE(out.find("HTTPS"), std::string::npos) << out;
+  EXPECT_EQ(h_.routes().metrics().connections().tls_handshake_failures.load(), 1u);
+}
+
+std::string transport_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "tls" : "plain";
+}
+INSTANTIATE_TEST_SUITE_P(Transports, ServerTest, ::testing::Bool(), transport_name);
+INSTANTIATE_TEST_SUITE_P(Transports, ServerTimeoutTest, ::testing::Bool(), transport_name);
 
 }  // namespace
 }  // namespace onceq::http
