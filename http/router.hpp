@@ -123,7 +123,8 @@ class router {
   // coroutine spawned on ex.
   using reply_fn = std::function<void(reply)>;
   void handle(request req, asio::any_io_executor ex, reply_fn done);
-  // The same for a coroutine (the TLS session, tests): completes on the
+  // The same for a coroutine (tests and the request fuzzer; every session
+  // uses the callback form): completes on the
   // caller's executor, never inside the call.
   asio::awaitable<reply> handle(request req);
 
