@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/leader_grace.hpp"
 #include "cluster/raft_node.hpp"
 #include "cluster/replica.hpp"
 #include "shard/shard_log.hpp"
@@ -60,13 +61,7 @@ class shard_group final : public shard_log {
   std::string self_;
   std::atomic<raft_node*> node_{nullptr};
 
-  // The stamp of an entry proposed at now (the grace above).
-  millis stamp(std::uint64_t term, millis now);
-  millis grace_ms_, max_lease_ms_;
-  std::mutex term_mu_;
-  std::uint64_t term_ = 0;                 // term_mu_: the term this node led when it last proposed
-  millis term_seen_at_ms_ = 0;             // term_mu_: when this node first proposed in it
-  std::atomic<millis> grace_until_ms_{0};  // term_seen_at_ms_ + max_lease_ms_
+  leader_grace grace_;  // the stamps of proposals and the ticks' times (the grace above)
 
   mutable std::mutex topics_mu_;
   std::vector<std::string> topics_;  // topics_mu_
