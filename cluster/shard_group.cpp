@@ -118,4 +118,12 @@ bool shard_group::leads() const {
   return n != nullptr && n->leads(group_);
 }
 
+storage::store_health shard_group::log_health() const {
+  raft_node* n = node();
+  if (n == nullptr) return {};
+  auto s = n->status(group_);
+  if (!s.ok() || s->failure.empty()) return {};
+  return {false, "replication stopped on this node: " + s->failure};
+}
+
 }  // namespace onceq::cluster

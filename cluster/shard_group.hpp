@@ -21,6 +21,7 @@
 #include "cluster/raft_node.hpp"
 #include "cluster/replica.hpp"
 #include "shard/shard_log.hpp"
+#include "storage/store.hpp"
 
 namespace onceq::cluster {
 
@@ -44,6 +45,14 @@ class shard_group final : public shard_log {
   // stamped grace_ms behind the clock fires nothing before that).
   millis next_deadline() const override;
   void on_applied(std::function<void(log_tag, std::string_view)> fn) override;
+
+  // This node's copy of the shard's log: not writable once the group
+  // stopped here (group_status::failure: its raft log refused an append,
+  // or its replica could not apply an entry), with why; the shard reports
+  // it in GET /v1/healthz. Any thread; never waits for the raft loop (it
+  // reads the status the loop last published).
+  // (shard_log::log_health: `override` once shard_log declares it.)
+  storage::store_health log_health() const;
 
   // The shard's topics as of the last create, delete or snapshot applied
   // here (GET /v1/cluster). Any thread.
