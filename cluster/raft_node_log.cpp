@@ -3,7 +3,103 @@
 
 #include "cluster/raft_node_impl.hpp"
 
+#include <unordered_map>
+#include <utility>
+
 namespace onceq::cluster {
+
+namespace {
+
+using group_t = raft_node::impl::group;
+
+// What group_status::failure says while this node's raft log cannot be
+// written (an append failed: a full or failing disk under <data_dir>/raft).
+constexpr std::string_view k_log_unwritable = "the raft log cannot be written";
+
+// nullopt for an append outcome that is not a write failure.
+std::optional<std::string> log_write_failure(int status) {
+  if (status != RAFT_IOERR && status != RAFT_NOSPACE) return std::nullopt;
+  // raft 0.15's raft_strerror has no text for RAFT_NOSPACE.
+  return fmt::format("{} ({})", k_log_unwritable,
+                     status == RAFT_NOSPACE ? "no space left on its disk" : raft_strerror(status));
+}
+
+// ---- Appends watched: a follower's write failures ----
+//
+// Raft tells nothing of a follower's failed append but a rejection to the
+// leader, and raft_uv fails every later one too: the follower's log stops
+// growing while it keeps voting and serving, and only its apply lag showed
+// it. Each group's raft_io append is therefore decorated: a failed append
+// is recorded as the group's failure (GET /v1/cluster, the shard's
+// log_health in GET /v1/healthz), and the next append that succeeds clears
+// it again. A leader's failed append reaches on_raft_apply as well, which
+// also answers its proposals (set_failure).
+
+using append_fn = int (*)(struct raft_io*, struct raft_io_append*, const struct raft_entry[],
+                          unsigned, raft_io_append_cb);
+
+// Per loop thread (the only one touching its groups' raft_io): each watched
+// io's group and raft_uv's append, and the callback raft gave each append
+// in flight.
+struct watched_appends {
+  struct io_of {
+    group_t* g = nullptr;
+    append_fn append = nullptr;
+  };
+  std::unordered_map<const struct raft_io*, io_of> ios;
+  std::unordered_map<struct raft_io_append*, std::pair<raft_io_append_cb, group_t*>> inflight;
+};
+thread_local watched_appends t_appends;
+
+void note_append(group_t& g, int status) {
+  if (g.closing) return;
+  const bool unwritable = g.failure.starts_with(k_log_unwritable);
+  if (status == 0) {
+    // Written again (before raft applies what it now holds).
+    if (unwritable) {
+      log(log_level::info, k_log, "the raft log is written again", {log_number("group", g.index)});
+      g.failure.clear();
+    }
+    return;
+  }
+  auto why = log_write_failure(status);
+  if (!why || !g.failure.empty()) return;
+  log(log_level::error, k_log, "an append to the raft log failed; this node's copy stops here",
+      {log_number("group", g.index), {"error", *why}});
+  g.failure = std::move(*why);
+  g.next_shed_ms = 0;
+}
+
+void on_watched_append(struct raft_io_append* req, int status) {
+  auto it = t_appends.inflight.find(req);
+  if (it == t_appends.inflight.end()) return;  // not ours: cannot happen
+  auto [cb, g] = it->second;
+  t_appends.inflight.erase(it);
+  if (status == 0) note_append(*g, 0);
+  cb(req, status);  // may free req
+  if (status != 0) note_append(*g, status);
+}
+
+int watched_append(struct raft_io* io, struct raft_io_append* req,
+                   const struct raft_entry entries[], unsigned n, raft_io_append_cb cb) {
+  const auto& of = t_appends.ios.at(io);
+  t_appends.inflight[req] = {cb, of.g};
+  const int rv = of.append(io, req, entries, n, &on_watched_append);
+  if (rv != 0) {
+    t_appends.inflight.erase(req);
+    note_append(*of.g, rv);
+  }
+  return rv;
+}
+
+// Decorates g's raft_io once (loop thread; raft_uv is set up).
+void watch_appends(group_t& g) {
+  if (g.io.append == &watched_append || !g.io_ready) return;
+  t_appends.ios[&g.io] = {&g, g.io.append};
+  g.io.append = &watched_append;
+}
+
+}  // namespace
 
 result<void> raft_node::impl::propose(unsigned g, std::string entry, op_cb cb) {
   if (g >= groups_.size()) return no_group(g);
@@ -56,6 +152,9 @@ void raft_node::impl::drain() {
   if (stopping) {
     for (auto& g : groups_) g->closing = true;
   }
+  // On the loop's first wake-up (raft_node::start's caller always queues
+  // something: onceqd a rebalance); belongs right after raft_uv_init.
+  for (auto& g : groups_) watch_appends(*g);
   for (unsigned g : drain_dirty_) {
     submit(*groups_[g], drain_queued_[g]);
     drain_queued_[g].clear();
@@ -138,6 +237,9 @@ void raft_node::impl::apply_batch(group& g, std::vector<proposal>& q, std::size_
     std::vector<op_cb> cbs = std::move(b->cbs);
     delete b;
     for (auto& cb : cbs) deliver(cb, fail(code_of(rv), why, leader));
+    if (auto broken = log_write_failure(rv); broken && g.failure.empty()) {
+      set_failure(g, std::move(*broken));
+    }
     return;
   }
   b->first = b->req.index;
@@ -152,6 +254,9 @@ void raft_node::impl::on_raft_apply(struct raft_apply* req, int status, void* /*
   if (status != 0) {
     const raft_errc code = g.closing ? raft_errc::shutting_down : code_of(status);
     g.node->fail_batch(*b, code, fmt::format("group {}: {}", g.index, raft_strerror(status)));
+    if (auto broken = log_write_failure(status); broken && !g.closing && g.failure.empty()) {
+      g.node->set_failure(g, std::move(*broken));
+    }
   }
   g.node->pop_settled(g);
 }
@@ -192,7 +297,8 @@ int raft_node::impl::fsm_apply(struct raft_fsm* fsm, const struct raft_buffer* b
 }
 
 int raft_node::impl::apply(group& g, const struct raft_buffer& buf) {
-  if (!g.failure.empty()) return RAFT_IOERR;
+  // What this node's log holds may still be applied while appends fail.
+  if (!g.failure.empty() && !g.failure.starts_with(k_log_unwritable)) return RAFT_IOERR;
   // Raft advances last_applied after each entry: this entry's index.
   const std::uint64_t index = raft_last_applied(&g.r) + 1;
   auto entry = unpad(buf);

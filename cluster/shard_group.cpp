@@ -23,18 +23,7 @@ shard_group::shard_group(unsigned group, replica& r, const cluster_config& confi
       replica_(r),
       config_(config),
       self_(config.self().id),
-      grace_ms_(grace_ms),
-      max_lease_ms_(max_lease_ms) {}
-
-millis shard_group::stamp(std::uint64_t term, millis now) {
-  std::lock_guard lock(term_mu_);
-  if (term != term_) {
-    term_ = term;
-    term_seen_at_ms_ = now;
-    grace_until_ms_.store(now + max_lease_ms_, std::memory_order_relaxed);
-  }
-  return now - term_seen_at_ms_ < max_lease_ms_ ? now - grace_ms_ : now;
-}
+      grace_(grace_ms, max_lease_ms) {}
 
 error shard_group::error_of(const op_result& r) const {
   error e;
@@ -72,7 +61,7 @@ void shard_group::propose(log_entry e, reply_fn done) {
   raft_node* n = node();
   if (n == nullptr) return done(not_started(group_));
   if (const std::uint64_t term = n->leader_term(group_); term != 0) {
-    e.now_ms = stamp(term, e.now_ms);
+    e.now_ms = grace_.stamp(term, e.now_ms);
   }
   auto shared_done = std::make_shared<reply_fn>(std::move(done));
   auto queued = n->propose(group_, encode_entry(e), [this, shared_done](op_result r) {
@@ -121,14 +110,20 @@ std::vector<std::string> shard_group::topics() const {
 }
 
 millis shard_group::next_deadline() const {
-  const millis d = replica_.next_deadline();
-  if (d < 0 || d >= grace_until_ms_.load(std::memory_order_relaxed)) return d;
-  return d + grace_ms_;
+  return grace_.tick_at(replica_.next_deadline());
 }
 
 bool shard_group::leads() const {
   raft_node* n = node();
   return n != nullptr && n->leads(group_);
+}
+
+storage::store_health shard_group::log_health() const {
+  raft_node* n = node();
+  if (n == nullptr) return {};
+  auto s = n->status(group_);
+  if (!s.ok() || s->failure.empty()) return {};
+  return {false, "replication stopped on this node: " + s->failure};
 }
 
 }  // namespace onceq::cluster

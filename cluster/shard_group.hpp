@@ -17,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "cluster/leader_grace.hpp"
 #include "cluster/raft_node.hpp"
 #include "cluster/replica.hpp"
 #include "shard/shard_log.hpp"
+#include "storage/store.hpp"
 
 namespace onceq::cluster {
 
@@ -44,6 +46,14 @@ class shard_group final : public shard_log {
   millis next_deadline() const override;
   void on_applied(std::function<void(log_tag, std::string_view)> fn) override;
 
+  // This node's copy of the shard's log: not writable once the group
+  // stopped here (group_status::failure: its raft log refused an append,
+  // or its replica could not apply an entry), with why; the shard reports
+  // it in GET /v1/healthz. Any thread; never waits for the raft loop (it
+  // reads the status the loop last published).
+  // (shard_log::log_health: `override` once shard_log declares it.)
+  storage::store_health log_health() const;
+
   // The shard's topics as of the last create, delete or snapshot applied
   // here (GET /v1/cluster). Any thread.
   std::vector<std::string> topics() const;
@@ -60,13 +70,7 @@ class shard_group final : public shard_log {
   std::string self_;
   std::atomic<raft_node*> node_{nullptr};
 
-  // The stamp of an entry proposed at now (the grace above).
-  millis stamp(std::uint64_t term, millis now);
-  millis grace_ms_, max_lease_ms_;
-  std::mutex term_mu_;
-  std::uint64_t term_ = 0;                 // term_mu_: the term this node led when it last proposed
-  millis term_seen_at_ms_ = 0;             // term_mu_: when this node first proposed in it
-  std::atomic<millis> grace_until_ms_{0};  // term_seen_at_ms_ + max_lease_ms_
+  leader_grace grace_;  // the stamps of proposals and the ticks' times (the grace above)
 
   mutable std::mutex topics_mu_;
   std::vector<std::string> topics_;  // topics_mu_
