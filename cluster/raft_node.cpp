@@ -185,6 +185,7 @@ result<void> raft_node::impl::init_group(group& g) {
   if (rv != 0) return raft_error("raft_init", rv, g.r.errmsg);
   g.raft_ready = true;
   g.r.data = &g;
+  watch_appends(g);
   raft_set_election_timeout(&g.r, opts_.election_timeout_ms);
   raft_set_heartbeat_timeout(&g.r, opts_.heartbeat_timeout_ms);
   raft_set_snapshot_threshold(&g.r, opts_.snapshot_threshold);

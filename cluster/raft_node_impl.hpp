@@ -164,6 +164,10 @@ class raft_node::impl {
     // Transfers whose callback fired before this node knew the new leader.
     std::vector<transfer_op*> settling;
     std::string failure;
+    // raft_uv's own append, which watch_appends (raft_node_log.cpp) wraps to
+    // see a failed write of this node's log.
+    int (*raw_append)(struct raft_io*, struct raft_io_append*, const struct raft_entry[], unsigned,
+                      raft_io_append_cb) = nullptr;
     std::uint64_t next_shed_ms = 0;  // a failed leader's next attempt to hand over
     // The term whose opening barrier was sent, and the term whose opening
     // barrier this node applied while leading it (leader_ready).
@@ -225,6 +229,9 @@ class raft_node::impl {
   void wake();
 
   result<void> init_group(group& g);
+  // Wraps g's raft_io append so that a failed write of the log becomes the
+  // group's failure (raft_node_log.cpp). After raft_init, before the loop.
+  static void watch_appends(group& g);
 
   // The loop thread: SIGPIPE is blocked here because libuv writes to
   // sockets with write(2) (a peer that went away would otherwise kill the

@@ -35,21 +35,15 @@ std::optional<std::string> log_write_failure(int status) {
 // it again. A leader's failed append reaches on_raft_apply as well, which
 // also answers its proposals (set_failure).
 
-using append_fn = int (*)(struct raft_io*, struct raft_io_append*, const struct raft_entry[],
-                          unsigned, raft_io_append_cb);
+// Per loop thread (the only one that appends to its groups' logs): the
+// callback raft gave each append in flight, and its group. A raft_io's own
+// group is io->data (raft_init's struct raft)'s data (init_group's &g).
+thread_local std::unordered_map<struct raft_io_append*, std::pair<raft_io_append_cb, group_t*>>
+    t_appends_in_flight;
 
-// Per loop thread (the only one touching its groups' raft_io): each watched
-// io's group and raft_uv's append, and the callback raft gave each append
-// in flight.
-struct watched_appends {
-  struct io_of {
-    group_t* g = nullptr;
-    append_fn append = nullptr;
-  };
-  std::unordered_map<const struct raft_io*, io_of> ios;
-  std::unordered_map<struct raft_io_append*, std::pair<raft_io_append_cb, group_t*>> inflight;
-};
-thread_local watched_appends t_appends;
+group_t& group_of(struct raft_io* io) {
+  return *static_cast<group_t*>(static_cast<struct raft*>(io->data)->data);
+}
 
 void note_append(group_t& g, int status) {
   if (g.closing) return;
@@ -71,10 +65,10 @@ void note_append(group_t& g, int status) {
 }
 
 void on_watched_append(struct raft_io_append* req, int status) {
-  auto it = t_appends.inflight.find(req);
-  if (it == t_appends.inflight.end()) return;  // not ours: cannot happen
+  auto it = t_appends_in_flight.find(req);
+  if (it == t_appends_in_flight.end()) return;  // not ours: cannot happen
   auto [cb, g] = it->second;
-  t_appends.inflight.erase(it);
+  t_appends_in_flight.erase(it);
   if (status == 0) note_append(*g, 0);
   cb(req, status);  // may free req
   if (status != 0) note_append(*g, status);
@@ -82,24 +76,23 @@ void on_watched_append(struct raft_io_append* req, int status) {
 
 int watched_append(struct raft_io* io, struct raft_io_append* req,
                    const struct raft_entry entries[], unsigned n, raft_io_append_cb cb) {
-  const auto& of = t_appends.ios.at(io);
-  t_appends.inflight[req] = {cb, of.g};
-  const int rv = of.append(io, req, entries, n, &on_watched_append);
+  group_t& g = group_of(io);
+  t_appends_in_flight[req] = {cb, &g};
+  const int rv = g.raw_append(io, req, entries, n, &on_watched_append);
   if (rv != 0) {
-    t_appends.inflight.erase(req);
-    note_append(*of.g, rv);
+    t_appends_in_flight.erase(req);
+    note_append(g, rv);
   }
   return rv;
 }
 
-// Decorates g's raft_io once (loop thread; raft_uv is set up).
-void watch_appends(group_t& g) {
-  if (g.io.append == &watched_append || !g.io_ready) return;
-  t_appends.ios[&g.io] = {&g, g.io.append};
+}  // namespace
+
+void raft_node::impl::watch_appends(group& g) {
+  if (g.io.append == &watched_append) return;
+  g.raw_append = g.io.append;
   g.io.append = &watched_append;
 }
-
-}  // namespace
 
 result<void> raft_node::impl::propose(unsigned g, std::string entry, op_cb cb) {
   if (g >= groups_.size()) return no_group(g);
@@ -152,9 +145,6 @@ void raft_node::impl::drain() {
   if (stopping) {
     for (auto& g : groups_) g->closing = true;
   }
-  // On the loop's first wake-up (raft_node::start's caller always queues
-  // something: onceqd a rebalance); belongs right after raft_uv_init.
-  for (auto& g : groups_) watch_appends(*g);
   for (unsigned g : drain_dirty_) {
     submit(*groups_[g], drain_queued_[g]);
     drain_queued_[g].clear();
