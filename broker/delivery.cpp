@@ -220,7 +220,7 @@ class consume_planner {
     out.value = std::move(m->value);
     out.last_error = d.last_error;
     out.envelope_json = std::move(m->envelope_json);
-    if (m->dlq) out.dlq = to_api(*m->dlq);
+    out.dlq = std::move(m->dlq);
     out.lease_expires_at_ms = d.lease_deadline_ms;
     out.fencing_token = d.fencing_token;
     out_.push_back(std::move(out));
