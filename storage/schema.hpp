@@ -142,6 +142,8 @@ enum class history_kind : std::uint8_t {
   failed = 9,                // attempts used up: dead-lettered
   replayed = 10,             // made pending again by POST /v1/replay
 };
+// Nine fields, several of one integer type: set them by name (the broker's
+// history_event_at / delivery_event), never by position.
 struct history_event {
   history_kind kind = history_kind::leased;
   millis at_ms = 0;
