@@ -6,16 +6,16 @@
 namespace onceq::storage {
 
 result<fsync_policy> fsync_policy::parse(std::string_view text) {
-  if (text == "always") return fsync_policy{mode::always, 0};
-  if (text == "none") return fsync_policy{mode::none, 0};
+  if (text == "always") return fsync_policy{mode::always, {}};
+  if (text == "none") return fsync_policy{mode::none, {}};
   constexpr std::string_view k_prefix = "interval:";
   if (text.starts_with(k_prefix)) {
     const std::string_view num = text.substr(k_prefix.size());
-    millis ms = 0;
+    std::chrono::milliseconds::rep ms = 0;
     const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), ms);
     if (!num.empty() && ec == std::errc{} && end == num.data() + num.size() && ms >= 1 &&
-        ms <= k_max_interval_ms) {
-      return fsync_policy{mode::interval, ms};
+        ms <= k_max_interval.count()) {
+      return fsync_policy{mode::interval, std::chrono::milliseconds{ms}};
     }
   }
   return make_error(errc::invalid_argument,
@@ -24,7 +24,7 @@ result<fsync_policy> fsync_policy::parse(std::string_view text) {
 }
 
 std::string fsync_policy::to_string() const {
-  if (kind == mode::interval) return "interval:" + std::to_string(interval_ms);
+  if (kind == mode::interval) return "interval:" + std::to_string(interval.count());
   return kind == mode::none ? "none" : "always";
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
-#include "base/clock.hpp"
 #include "base/result.hpp"
 
 namespace onceq::storage {
@@ -11,10 +11,10 @@ namespace onceq::storage {
 // When a write counts as durable (spec: --fsync always|interval:<ms>|none).
 struct fsync_policy {
   enum class mode { always, interval, none };
-  static constexpr millis k_max_interval_ms = 60'000;
+  static constexpr std::chrono::milliseconds k_max_interval{60'000};
 
-  mode kind = mode::always;  // Default: always (synced before each answer)
-  millis interval_ms = 0;    // for mode::interval
+  mode kind = mode::always;              // Default: always (synced before each answer)
+  std::chrono::milliseconds interval{};  // for mode::interval: 1 ms .. k_max_interval
 
   // Parses "always", "none" or "interval:<ms>" (ms in 1..60000).
   static result<fsync_policy> parse(std::string_view text);

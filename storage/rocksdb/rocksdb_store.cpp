@@ -137,7 +137,8 @@ rocksdb_store::~rocksdb_store() = default;
 result<std::unique_ptr<rocksdb_store>> rocksdb_store::open(const storage_options& opts) {
   if (opts.data_dir.empty()) return make_error(errc::invalid_argument, "data_dir is required");
   if (opts.fsync.kind == fsync_policy::mode::interval &&
-      (opts.fsync.interval_ms < 1 || opts.fsync.interval_ms > fsync_policy::k_max_interval_ms)) {
+      (opts.fsync.interval < std::chrono::milliseconds{1} ||
+       opts.fsync.interval > fsync_policy::k_max_interval)) {
     return make_error(errc::invalid_argument, "fsync interval must be in 1..60000 ms");
   }
   try {

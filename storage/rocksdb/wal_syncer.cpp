@@ -129,7 +129,7 @@ void wal_syncer::run() {
       release(ready, sync());
       lk.lock();
     } else {  // interval
-      cv_.wait_for(lk, std::chrono::milliseconds(opts_.fsync.interval_ms), [&] { return stop_; });
+      cv_.wait_for(lk, opts_.fsync.interval, [&] { return stop_; });
       if (stop_) break;
       lk.unlock();
       (void)sync();  // swallowed: a failure marks the store not writable, which later calls see
