@@ -102,7 +102,8 @@ class consume_planner {
         off = cursor_[p]++;
         // This partition's share of the consume, so that round robin over
         // many partitions does not read far ahead on each.
-        ONCEQ_TRY(part.read_ahead(c_.store, off, (want_ - out_.size()) / t_.parts.size()));
+        ONCEQ_TRY(
+            part.read_ahead(c_.store, off, message_count{(want_ - out_.size()) / t_.parts.size()}));
       } else {
         return false;
       }
