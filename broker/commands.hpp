@@ -4,6 +4,8 @@
 // translated from/to JSON by http/. Field names follow docs/API.md. These
 // are the API's types, not the disk records (storage/schema.hpp): the broker
 // converts between them (broker/records.hpp), so either can change alone.
+// One exception: dlq_origin, six facts that are the same on disk and on the
+// wire, is the record's type (storage/dlq_origin.hpp).
 
 #include <array>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "base/clock.hpp"
 #include "base/errc.hpp"
 #include "base/result.hpp"
+#include "storage/dlq_origin.hpp"
 
 namespace onceq {
 
@@ -74,15 +77,9 @@ class message_inspector {
   virtual std::string sha256_hex(std::string_view bytes) const = 0;
 };
 
-// Where a dead-lettered message came from (envelope.dlq on the wire).
-struct dlq_origin {
-  std::string original_topic;
-  std::uint32_t original_partition = 0;
-  std::uint64_t original_offset = 0;
-  std::int64_t attempts = 0;
-  std::string last_error;
-  millis routed_at_ms = 0;
-};
+// Where a dead-lettered message came from (envelope.dlq on the wire): the
+// stored record's own type, as the API answers it unchanged.
+using dlq_origin = storage::dlq_origin;
 
 struct create_topic_cmd {
   std::string name;

@@ -102,7 +102,8 @@ class consume_planner {
         off = cursor_[p]++;
         // This partition's share of the consume, so that round robin over
         // many partitions does not read far ahead on each.
-        ONCEQ_TRY(part.read_ahead(c_.store, off, (want_ - out_.size()) / t_.parts.size()));
+        ONCEQ_TRY(
+            part.read_ahead(c_.store, off, message_count{(want_ - out_.size()) / t_.parts.size()}));
       } else {
         return false;
       }
@@ -173,16 +174,10 @@ class consume_planner {
         } else if (!fresh) {
           tx_.batch().del(column::deliveries, at);
         }
-        note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                     st::history_event{st::history_kind::duplicate_auto_acked,
-                                       now_,
-                                       {},
-                                       pos.partition,
-                                       pos.offset,
-                                       d.attempts,
-                                       k->fencing_token,
-                                       {},
-                                       0});
+        auto ev = history_event_at(st::history_kind::duplicate_auto_acked, now_, pos);
+        ev.attempts = d.attempts;
+        ev.fencing_token = k->fencing_token;  // the delivery's that committed the key
+        note_history(tx_, t_, d.scope, key_ttl_of(t_, d), std::move(ev));
         tx_.then([g, pos] {
           ++g->stats.auto_acked;
           g->close(pos);
@@ -201,15 +196,7 @@ class consume_planner {
     put_delivery(tx_, t_, g_, pos, d);
     if (!d.scope.empty())
       note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                   st::history_event{st::history_kind::leased,
-                                     now_,
-                                     d.owner,
-                                     pos.partition,
-                                     pos.offset,
-                                     d.attempts,
-                                     d.fencing_token,
-                                     {},
-                                     0});
+                   delivery_event(st::history_kind::leased, now_, pos, d));
 
     delivery out;
     out.topic = t_.rec.name;
@@ -220,7 +207,7 @@ class consume_planner {
     out.value = std::move(m->value);
     out.last_error = d.last_error;
     out.envelope_json = std::move(m->envelope_json);
-    if (m->dlq) out.dlq = to_api(*m->dlq);
+    out.dlq = std::move(m->dlq);
     out.lease_expires_at_ms = d.lease_deadline_ms;
     out.fencing_token = d.fencing_token;
     out_.push_back(std::move(out));
@@ -246,16 +233,10 @@ class consume_planner {
     if (!fresh)
       tx_.batch().del(column::deliveries,
                       st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
-    note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
-                 st::history_event{st::history_kind::superseded,
-                                   now_,
-                                   {},
-                                   pos.partition,
-                                   pos.offset,
-                                   d.attempts,
-                                   0,
-                                   "superseded",
-                                   0});
+    auto ev = history_event_at(st::history_kind::superseded, now_, pos);
+    ev.attempts = d.attempts;
+    ev.reason = "superseded";
+    note_history(tx_, t_, d.scope, key_ttl_of(t_, d), std::move(ev));
     auto* g = &g_;
     auto* t = &t_;
     tx_.then([&c = c_, t, g, pos, now = now_] {
@@ -374,14 +355,15 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
   }
   if (!d.scope.empty() && (nacked || was_leased)) {
     auto kind = nacked ? st::history_kind::nacked : st::history_kind::lease_expired;
-    note_history(tx, t, d.scope, key_ttl_of(t, d),
-                 st::history_event{kind, now, d.owner, pos.partition, pos.offset, d.attempts,
-                                   d.fencing_token, d.last_error, 0});
+    auto ev = delivery_event(kind, now, pos, d);
+    ev.reason = d.last_error;
+    note_history(tx, t, d.scope, key_ttl_of(t, d), std::move(ev));
   }
-  if (!d.scope.empty() && exhausted)
-    note_history(tx, t, d.scope, key_ttl_of(t, d),
-                 st::history_event{st::history_kind::failed, now, d.owner, pos.partition,
-                                   pos.offset, d.attempts, d.fencing_token, "dead-lettered", 0});
+  if (!d.scope.empty() && exhausted) {
+    auto ev = delivery_event(st::history_kind::failed, now, pos, d);
+    ev.reason = "dead-lettered";
+    note_history(tx, t, d.scope, key_ttl_of(t, d), std::move(ev));
+  }
   auto* tp = &t;
   auto* g_ = &g;
   if (exhausted) {
@@ -467,6 +449,24 @@ void note_history(txn& tx, const topic& t, const std::string& scope, millis key_
   if (!t.rec.settings.key_history || scope.empty()) return;
   const millis expires = key_ttl == 0 ? 0 : ev.at_ms + key_ttl;
   tx.record(st::keys::history_of(scope), expires, std::move(ev));
+}
+
+st::history_event history_event_at(st::history_kind kind, millis at, position pos) {
+  st::history_event ev;
+  ev.kind = kind;
+  ev.at_ms = at;
+  ev.partition = pos.partition;
+  ev.offset = pos.offset;
+  return ev;
+}
+
+st::history_event delivery_event(st::history_kind kind, millis at, position pos,
+                                 const open_delivery& d) {
+  st::history_event ev = history_event_at(kind, at, pos);
+  ev.owner = d.owner;
+  ev.attempts = d.attempts;
+  ev.fencing_token = d.fencing_token;
+  return ev;
 }
 
 st::key_record key_record_of(const topic& t, const open_delivery& d, position pos,

@@ -77,6 +77,14 @@ void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
 void note_history(txn& tx, const topic& t, const std::string& scope, millis key_ttl,
                   storage::history_event ev);
 
+// An event in the history of the key of the message at pos, at time at.
+// The rest of the event's nine fields is set by name (ev.reason = ...), so
+// that no two of them can be swapped.
+storage::history_event history_event_at(storage::history_kind kind, millis at, position pos);
+// The same, about d's delivery: its owner, attempts and fencing token.
+storage::history_event delivery_event(storage::history_kind kind, millis at, position pos,
+                                      const open_delivery& d);
+
 std::int64_t max_attempts_of(const topic& t, const open_delivery& d);
 
 // The key record that d's delivery at pos leaves behind: committed by an ack

@@ -23,11 +23,11 @@ result<st::message_record> partition_log::read(st::store& store, std::uint64_t o
   return st::decode_message(*v);
 }
 
-result<void> partition_log::read_ahead(st::store& store, std::uint64_t from, std::uint64_t want) {
+result<void> partition_log::read_ahead(st::store& store, std::uint64_t from, message_count want) {
   if (from >= tail_base && from - tail_base < tail.size()) return {};  // cached
   if (from >= ahead_base && from - ahead_base < ahead.size()) return {};
-  want = std::clamp<std::uint64_t>(want, k_read_ahead_min, k_read_ahead_max);
-  auto upto = std::min(next, from + want);
+  const std::uint64_t n = std::clamp<std::uint64_t>(want(), k_read_ahead_min, k_read_ahead_max);
+  auto upto = std::min(next, from + n);
   if (tail_base > from) upto = std::min(upto, tail_base);
   if (upto <= from) return {};
   ahead_base = from;

@@ -6,11 +6,16 @@
 #include <optional>
 #include <vector>
 
+#include "base/named_type.hpp"
 #include "base/result.hpp"
 #include "storage/schema.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {
+
+// A number of messages, where an offset (a uint64_t too) could be passed by
+// mistake.
+using message_count = named_type<std::uint64_t, struct message_count_tag>;
 
 // One partition of a topic: the range of offsets it holds in the store's
 // messages key space, and two read caches over it (the newest records, kept
@@ -48,7 +53,7 @@ struct partition_log {
   // needs the disk), which is returned: the command is run again once the
   // range is read, and a scan of it then costs less than one lookup per
   // message.
-  result<void> read_ahead(storage::store& store, std::uint64_t from, std::uint64_t want);
+  result<void> read_ahead(storage::store& store, std::uint64_t from, message_count want);
 
   // Value + envelope bytes of the stored messages in [from, upto).
   result<std::uint64_t> count_bytes(storage::store& store, std::uint64_t from,

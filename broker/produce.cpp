@@ -8,6 +8,7 @@
 #include "broker/broker.hpp"
 #include "broker/core.hpp"
 #include "broker/dedup.hpp"
+#include "broker/delivery.hpp"
 #include "broker/errors.hpp"
 #include "broker/key_source.hpp"
 #include "broker/key_table.hpp"
@@ -150,7 +151,7 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     const auto& m = cmd.messages[i];
     const millis ttl = m.key_ttl_ms.value_or(s.key_ttl_ms);
     tx.record(st::keys::key_history(t.rec.id, 0, m.tenant_id, keys[i]), ttl == 0 ? 0 : now + ttl,
-              st::history_event{kind, now, {}, at.partition, at.offset, 0, 0, {}, 0});
+              history_event_at(kind, now, position{at.partition, at.offset}));
   };
   std::vector<std::uint64_t> part_bytes(t.parts.size());
   for (std::size_t i = 0; i < cmd.messages.size(); ++i) {

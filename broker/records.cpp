@@ -47,9 +47,4 @@ topic_settings to_api(const storage::topic_settings& r) {
   return s;
 }
 
-dlq_origin to_api(const storage::dlq_origin& d) {
-  return dlq_origin{d.original_topic, d.original_partition, d.original_offset,
-                    d.attempts,       d.last_error,         d.routed_at_ms};
-}
-
 }  // namespace onceq

@@ -10,6 +10,5 @@ namespace onceq {
 
 storage::topic_settings to_record(const topic_settings& s);
 topic_settings to_api(const storage::topic_settings& s);
-dlq_origin to_api(const storage::dlq_origin& d);
 
 }  // namespace onceq

@@ -225,16 +225,9 @@ class replay_planner {
     d.state = st::delivery_state::pending;
     d.last_error = std::string(k_replay_error);
     put_delivery(tx, t_, g_, f.pos, d);
-    note_history(tx, t_, d.scope, key_ttl_of(t_, d),
-                 st::history_event{st::history_kind::replayed,
-                                   now_,
-                                   {},
-                                   f.pos.partition,
-                                   f.pos.offset,
-                                   0,
-                                   0,
-                                   std::string(k_replay_error),
-                                   0});
+    auto ev = history_event_at(st::history_kind::replayed, now_, f.pos);
+    ev.reason = std::string(k_replay_error);
+    note_history(tx, t_, d.scope, key_ttl_of(t_, d), std::move(ev));
     tx.then([&c = c_, t = &t_, g = &g_, pos = f.pos, d = std::move(d), now = now_]() mutable {
       auto& slot = g->parts[pos.partition].open[pos.offset];
       slot = std::move(d);

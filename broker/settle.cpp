@@ -106,16 +106,9 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         auto ttl = key_ttl_of(*t, d);
         tx.batch().put(column::keys, d.scope, st::encode(kr));
         committed.insert(d.scope);
-        note_history(tx, *t, d.scope, ttl,
-                     st::history_event{st::history_kind::committed,
-                                       now,
-                                       cmd.owner,
-                                       pos.partition,
-                                       pos.offset,
-                                       d.attempts,
-                                       d.fencing_token,
-                                       {},
-                                       a.result_json.size()});
+        auto ev = delivery_event(st::history_kind::committed, now, pos, d);
+        ev.result_bytes = a.result_json.size();
+        note_history(tx, *t, d.scope, ttl, std::move(ev));
       }
       // Kept (until retention) so that the same owner's repeated ack is a no-op.
       auto rec = d.record();

@@ -15,6 +15,7 @@
 #include "base/clock.hpp"
 #include "base/result.hpp"
 #include "storage/batch.hpp"
+#include "storage/dlq_origin.hpp"
 
 namespace onceq::storage {
 
@@ -63,16 +64,6 @@ struct group_record {
   topic_id topic = 0;
   group_id id = 0;
   std::string name;
-};
-
-// Where a dead-lettered message came from (envelope.dlq on the wire).
-struct dlq_origin {
-  std::string original_topic;
-  std::uint32_t original_partition = 0;
-  std::uint64_t original_offset = 0;
-  std::int64_t attempts = 0;
-  std::string last_error;
-  millis routed_at_ms = 0;
 };
 
 struct message_record {
@@ -151,6 +142,8 @@ enum class history_kind : std::uint8_t {
   failed = 9,                // attempts used up: dead-lettered
   replayed = 10,             // made pending again by POST /v1/replay
 };
+// Nine fields, several of one integer type: set them by name (the broker's
+// history_event_at / delivery_event), never by position.
 struct history_event {
   history_kind kind = history_kind::leased;
   millis at_ms = 0;

@@ -1,5 +1,6 @@
 #include "http/codec/keys.hpp"
 
+#include <array>
 #include <optional>
 
 #include "http/codec/detail.hpp"
@@ -10,95 +11,74 @@ using namespace codec_detail;  // the codec's shared readers
 
 namespace {
 
+// Indexed by key_event::kind's values, in declaration order.
+constexpr std::array<std::string_view, 10> k_event_names = {"leased",
+                                                            "lease_expired",
+                                                            "nacked",
+                                                            "committed",
+                                                            "duplicate_auto_acked",
+                                                            "produce_duplicate",
+                                                            "produce_already_committed",
+                                                            "superseded",
+                                                            "failed",
+                                                            "replayed"};
+static_assert(static_cast<std::size_t>(key_event::kind::replayed) + 1 == k_event_names.size());
+
 std::string_view to_string(key_event::kind k) {
-  switch (k) {
-    case key_event::kind::leased:
-      return "leased";
-    case key_event::kind::lease_expired:
-      return "lease_expired";
-    case key_event::kind::nacked:
-      return "nacked";
-    case key_event::kind::committed:
-      return "committed";
-    case key_event::kind::duplicate_auto_acked:
-      return "duplicate_auto_acked";
-    case key_event::kind::produce_duplicate:
-      return "produce_duplicate";
-    case key_event::kind::produce_committed:
-      return "produce_already_committed";
-    case key_event::kind::superseded:
-      return "superseded";
-    case key_event::kind::failed:
-      return "failed";
-    case key_event::kind::replayed:
-      return "replayed";
+  const auto i = static_cast<std::size_t>(k);
+  return i < k_event_names.size() ? k_event_names[i] : "unknown";
+}
+
+// The fields of a key query (topic, group, key, tenant_id) and, when
+// wait_ms is given, the long poll's wait_ms; any other field is unknown.
+key_query read_key_query(const params& p, millis* wait_ms) {
+  reader r(p);
+  key_query q;
+  std::optional<std::string> key;
+  auto fn = [&](std::size_t i, field& f) {
+    switch (i) {
+      case 0:
+        q.topic = topic_of(f);
+        break;
+      case 1:
+        q.group = label_of(f);
+        break;
+      case 2:
+        key = std::string(f.str());
+        break;
+      case 3:
+        q.tenant_id = f.str();
+        break;
+      default:
+        *wait_ms = f.integer(0, k_max_wait_ms);
+        break;
+    }
+  };
+  if (wait_ms != nullptr) {
+    r.each({"topic", "group", "key", "tenant_id", "wait_ms"}, fn);
+  } else {
+    r.each({"topic", "group", "key", "tenant_id"}, fn);
   }
-  return "unknown";
+  if (q.topic.empty()) required(r, "topic");
+  if (q.group.empty()) required(r, "group");
+  if (!key) required(r, "key");
+  if (key->empty()) fail("key must be a non-empty string");
+  q.key = std::move(*key);
+  return q;
 }
 
 }  // namespace
 
 result<key_request> parse_key_query(const params& p) {
   return guarded<key_request>([&] {
-    reader r(p);
     key_request out;
-    std::optional<std::string> key;
-    r.each({"topic", "group", "key", "tenant_id", "wait_ms"}, [&](std::size_t i, field& f) {
-      switch (i) {
-        case 0:
-          out.q.topic = topic_of(f);
-          break;
-        case 1:
-          out.q.group = label_of(f);
-          break;
-        case 2:
-          key = std::string(f.str());
-          break;
-        case 3:
-          out.q.tenant_id = f.str();
-          break;
-        default:
-          out.wait_ms = f.integer(0, k_max_wait_ms);
-          break;
-      }
-    });
-    if (out.q.topic.empty()) required(r, "topic");
-    if (out.q.group.empty()) required(r, "group");
-    if (!key) required(r, "key");
-    if (key->empty()) fail("key must be a non-empty string");
-    out.q.key = std::move(*key);
+    out.q = read_key_query(p, &out.wait_ms);
     return out;
   });
 }
 
 result<key_query> parse_key_history_query(const params& p) {
-  return guarded<key_query>([&] {
-    reader r(p);
-    key_query q;
-    std::optional<std::string> key;
-    r.each({"topic", "group", "key", "tenant_id"}, [&](std::size_t i, field& f) {
-      switch (i) {
-        case 0:
-          q.topic = topic_of(f);
-          break;
-        case 1:
-          q.group = label_of(f);
-          break;
-        case 2:
-          key = std::string(f.str());
-          break;
-        default:
-          q.tenant_id = f.str();
-          break;
-      }
-    });
-    if (q.topic.empty()) required(r, "topic");
-    if (q.group.empty()) required(r, "group");
-    if (!key) required(r, "key");
-    if (key->empty()) fail("key must be a non-empty string");
-    q.key = std::move(*key);
-    return q;
-  });
+  return guarded<key_query>([&] { return read_key_query(p, nullptr); });
 }
 
 json to_json(const key_info& k) {

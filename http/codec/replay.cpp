@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <charconv>
 
 #include "http/codec/detail.hpp"
@@ -78,23 +79,12 @@ result<replay_cmd> parse_replay(const params& p) {
 }
 
 std::string_view to_string(replay_outcome o) {
-  switch (o) {
-    case replay_outcome::already_committed:
-      return "already_committed";
-    case replay_outcome::would_deliver:
-      return "would_deliver";
-    case replay_outcome::in_flight:
-      return "in_flight";
-    case replay_outcome::pending:
-      return "pending";
-    case replay_outcome::dead_lettered:
-      return "dead_lettered";
-    case replay_outcome::superseded:
-      return "superseded";
-    case replay_outcome::gone:
-      return "gone";
-  }
-  return "unknown";
+  // Indexed by replay_outcome's values (0 .. k_replay_outcomes - 1).
+  static constexpr std::array<std::string_view, k_replay_outcomes> k_names = {
+      "already_committed", "would_deliver", "in_flight", "pending",
+      "dead_lettered",     "superseded",    "gone"};
+  const auto i = static_cast<std::size_t>(o);
+  return i < k_names.size() ? k_names[i] : "unknown";
 }
 
 json to_json(const replay_reply& r) {

@@ -4,23 +4,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "base/clock.hpp"
+#include "storage/rocksdb/fsync_policy.hpp"
 #include "storage/store.hpp"
 
 namespace onceq::storage {
-
-// When a write counts as durable (spec: --fsync always|interval:<ms>|none).
-struct fsync_policy {
-  enum class mode { always, interval, none };
-  mode kind = mode::always;  // Default: always (synced before each answer)
-  millis interval_ms = 0;    // for mode::interval
-
-  // Parses "always", "none" or "interval:<ms>" (ms in 1..60000).
-  static result<fsync_policy> parse(std::string_view text);
-  std::string to_string() const;
-};
 
 struct storage_options {
   std::string data_dir;                          // required

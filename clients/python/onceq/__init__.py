@@ -16,46 +16,13 @@ Standard library only. See README.md and docs/CLIENTS.md.
 
 __version__ = "0.1.0"
 
+from . import errors as _errors  # noqa: E402
+from . import types as _types  # noqa: E402
 from .client import Client  # noqa: E402
-from .errors import (  # noqa: E402
-    Conflict,
-    Fenced,
-    Forbidden,
-    InternalError,
-    InvalidArgument,
-    MethodNotAllowed,
-    NotFound,
-    OnceqError,
-    PayloadTooLarge,
-    ResourceExhausted,
-    TransportError,
-    Unauthorized,
-    Unavailable,
-)
-from .types import (  # noqa: E402
-    UNSET,
-    AckItem,
-    AckResult,
-    Commit,
-    ConsumeResult,
-    Delivery,
-    GroupCounters,
-    Health,
-    KeyEvent,
-    KeyState,
-    Message,
-    ProduceResult,
-    TopicCreated,
-    TopicInfo,
-    Version,
-)
+from .errors import *  # noqa: E402,F401,F403  (errors.__all__: the exceptions)
+from .types import *  # noqa: E402,F401,F403  (types.__all__: the results, UNSET)
 from .worker import Fail, Job, LeaseLost, Retry, Worker, WorkerStats  # noqa: E402
 
-__all__ = [
-    "AckItem", "AckResult", "Client", "Commit", "Conflict", "ConsumeResult", "Delivery",
-    "Fail", "Fenced", "Forbidden", "GroupCounters", "Health", "InternalError",
-    "InvalidArgument", "Job", "KeyEvent", "KeyState", "LeaseLost", "Message",
-    "MethodNotAllowed", "NotFound", "OnceqError", "PayloadTooLarge", "ProduceResult",
-    "ResourceExhausted", "Retry", "TopicCreated", "TopicInfo", "TransportError", "UNSET",
-    "Unauthorized", "Unavailable", "Version", "Worker", "WorkerStats",
-]
+__all__ = sorted(
+    ["Client", "Fail", "Job", "LeaseLost", "Retry", "Worker", "WorkerStats", *_errors.__all__, *_types.__all__]
+)

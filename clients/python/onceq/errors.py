@@ -12,6 +12,12 @@ from __future__ import annotations
 from typing import Optional
 
 
+__all__ = [
+    "Conflict", "Fenced", "Forbidden", "InternalError", "InvalidArgument", "MethodNotAllowed", "NotFound",
+    "OnceqError", "PayloadTooLarge", "ResourceExhausted", "TransportError", "Unauthorized", "Unavailable",
+]
+
+
 class OnceqError(Exception):
     """Base class of every error the client raises.
 

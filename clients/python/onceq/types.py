@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+__all__ = [
+    "UNSET", "AckItem", "AckResult", "Commit", "ConsumeResult", "Delivery", "GroupCounters", "Health",
+    "KeyEvent", "KeyState", "Message", "ProduceResult", "TopicCreated", "TopicInfo", "Version",
+]
+
+
 class _Unset:
     """Marks an argument that was not given (``None`` is a valid ack result)."""
 

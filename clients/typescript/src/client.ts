@@ -99,14 +99,13 @@ function toAckResult(d: Record<string, any>): AckResult {
   return r;
 }
 
+/** A delivery's reference as the wire spells it; the fences only when set. */
+function refJson(r: DeliveryRef): Record<string, unknown> {
+  return defined({ partition: r.partition, offset: r.offset, attempts: r.attempts, fencing_token: r.fencingToken });
+}
+
 function ackItemJson(a: AckItem): Record<string, unknown> {
-  return defined({
-    partition: a.partition,
-    offset: a.offset,
-    attempts: a.attempts,
-    fencing_token: a.fencingToken,
-    result: a.result,
-  });
+  return { ...refJson(a), ...defined({ result: a.result }) };
 }
 
 function toProduceResult(d: Record<string, any>, topic: string, msgId: string | undefined): ProduceResult {
@@ -441,32 +440,13 @@ export class Client {
 
   /** `POST /v1/nack`: redelivered after `delayMs` (default: the topic's backoff); `reason` becomes `lastError`. */
   async nack(topic: string, group: string, owner: string, ref: DeliveryRef & { reason?: string; delayMs?: number }): Promise<void> {
-    const body = defined({
-      topic,
-      group,
-      owner,
-      partition: ref.partition,
-      offset: ref.offset,
-      attempts: ref.attempts,
-      fencing_token: ref.fencingToken,
-      reason: ref.reason,
-      delay_ms: ref.delayMs,
-    });
+    const body = { topic, group, owner, ...refJson(ref), ...defined({ reason: ref.reason, delay_ms: ref.delayMs }) };
     await this.request("POST", "/v1/nack", { body });
   }
 
   /** `POST /v1/extend`: the lease ends `leaseMs` from now; returns the new `leaseExpiresAtMs`. Throws Fenced if lost. */
   async extend(topic: string, group: string, owner: string, ref: DeliveryRef & { leaseMs: number }): Promise<number> {
-    const body = defined({
-      topic,
-      group,
-      owner,
-      partition: ref.partition,
-      offset: ref.offset,
-      lease_ms: ref.leaseMs,
-      attempts: ref.attempts,
-      fencing_token: ref.fencingToken,
-    });
+    const body = { topic, group, owner, ...refJson(ref), lease_ms: ref.leaseMs };
     return Client.json(await this.request("POST", "/v1/extend", { body })).lease_expires_at_ms;
   }
 

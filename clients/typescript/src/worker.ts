@@ -29,7 +29,7 @@ import { hostname } from "node:os";
 
 import type { Client } from "./client.js";
 import { Fenced, Forbidden, InvalidArgument, NotFound, OnceqError, Unauthorized } from "./errors.js";
-import type { AckItem, Delivery, Envelope, Json } from "./types.js";
+import type { AckItem, Delivery, DeliveryRef, Envelope, Json } from "./types.js";
 
 /** Throw (or return) from a handler to nack with an explicit delay. */
 export class Retry extends Error {
@@ -95,6 +95,10 @@ export class Job {
   get envelope(): Envelope { return this.delivery.envelope; }
   get lastError(): string { return this.delivery.lastError; }
   get fencingToken(): number { return this.delivery.fencingToken; }
+  /** What ack, nack and extend name this delivery by: partition, offset and both fences. */
+  get ref(): DeliveryRef {
+    return { partition: this.partition, offset: this.offset, attempts: this.attempts, fencingToken: this.fencingToken };
+  }
   get idempotencyKey(): string | undefined { return this.delivery.envelope.idempotency_key as string | undefined; }
   get stepId(): string {
     const d = this.delivery;
@@ -415,7 +419,7 @@ export class Worker {
     if (job.released) return;
     job.done = true;
     this.free++;
-    const item: AckItem = { partition: job.partition, offset: job.offset, attempts: job.attempts, fencingToken: job.fencingToken };
+    const item: AckItem = { ...job.ref };
     if (result !== undefined) item.result = result;
     if (!this.polling && !this.pollerDone) {
       this.inflight.delete(job);
@@ -442,10 +446,7 @@ export class Worker {
     job.done = true;
     try {
       await this.client.nack(this.topic, this.group, this.owner, {
-        partition: job.partition,
-        offset: job.offset,
-        attempts: job.attempts,
-        fencingToken: job.fencingToken,
+        ...job.ref,
         reason,
         ...(delayMs !== undefined ? { delayMs } : {}),
       });
@@ -489,14 +490,7 @@ export class Worker {
     job.markStopping();
     job.abort(reason);
     try {
-      await this.client.nack(this.topic, this.group, this.owner, {
-        partition: job.partition,
-        offset: job.offset,
-        attempts: job.attempts,
-        fencingToken: job.fencingToken,
-        reason,
-        delayMs: 0,
-      });
+      await this.client.nack(this.topic, this.group, this.owner, { ...job.ref, reason, delayMs: 0 });
       this.stats.released++;
     } catch (e) {
       this.log.warn(`onceq worker ${this.owner}: release of ${job} failed: ${(e as Error).message}`);
@@ -524,13 +518,7 @@ export class Worker {
     const started = Date.now();
     let next = job.leaseMs / 3;
     try {
-      job.leaseExpiresAtMs = await this.client.extend(this.topic, this.group, this.owner, {
-        partition: job.partition,
-        offset: job.offset,
-        leaseMs: job.leaseMs,
-        attempts: job.attempts,
-        fencingToken: job.fencingToken,
-      });
+      job.leaseExpiresAtMs = await this.client.extend(this.topic, this.group, this.owner, { ...job.ref, leaseMs: job.leaseMs });
       this.stats.extended++;
     } catch (e) {
       if (e instanceof Fenced || e instanceof NotFound) {

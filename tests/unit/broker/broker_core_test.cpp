@@ -122,9 +122,7 @@ TEST_F(BrokerTest, UnackedDeliveryIsRedeliveredAfterLeaseWithAttemptsPlusOne) {
   EXPECT_TRUE(consume("t", "g", "b").empty());
   advance(1);
   auto second = consume("t", "g", "b");
-  ASSERT_EQ(second.size(), 1u);
-  EXPECT_EQ(second[0].attempts, 2);
-  EXPECT_EQ(second[0].last_error, "lease_expired");
+  expect_redelivered(second, 2, "lease_expired");
   auto s = stats("t", "g");
   EXPECT_EQ(s.lease_expired, 1u);
   EXPECT_EQ(s.redelivered, 1u);
@@ -141,9 +139,7 @@ TEST_F(BrokerTest, NackRedeliversAfterDelayWithReason) {
   EXPECT_TRUE(consume("t", "g", "a").empty());
   advance(1);
   auto again = consume("t", "g", "a");
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].attempts, 2);
-  EXPECT_EQ(again[0].last_error, "boom");
+  expect_redelivered(again, 2, "boom");
   EXPECT_EQ(stats("t", "g").nacked, 1u);
 }
 

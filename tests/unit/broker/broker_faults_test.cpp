@@ -101,6 +101,12 @@ void expect_atomic_on_read_failure(const setup_fn& setup, const command_fn& comm
   ADD_FAILURE() << "the command never succeeded";
 }
 
+// Both: a refused write and each failed read leave memory as it was.
+void expect_atomic(const setup_fn& setup, const command_fn& command, std::size_t min_reads = 1) {
+  expect_atomic_on_write_failure(setup, command);
+  expect_atomic_on_read_failure(setup, command, min_reads);
+}
+
 void one_topic(world& w) {
   w.create("t");
 }
@@ -201,32 +207,26 @@ TEST(BrokerFaults, DeleteTopicIsAtomic) {
   expect_atomic_on_write_failure(leased_one, do_delete);
 }
 TEST(BrokerFaults, ProduceIsAtomic) {
-  expect_atomic_on_write_failure(produced_one, do_produce);
-  expect_atomic_on_read_failure(produced_one, do_produce);
+  expect_atomic(produced_one, do_produce);
 }
 TEST(BrokerFaults, ConsumeIsAtomic) {
-  expect_atomic_on_write_failure(produced_one, do_consume);
-  expect_atomic_on_read_failure(produced_one, do_consume, 2);  // message, key
+  expect_atomic(produced_one, do_consume, 2);  // message, key
 }
 TEST(BrokerFaults, ConsumeOfANewGroupIsAtomic) {
-  expect_atomic_on_write_failure(leased_one, do_consume_new_group);
-  expect_atomic_on_read_failure(leased_one, do_consume_new_group);
+  expect_atomic(leased_one, do_consume_new_group);
 }
 TEST(BrokerFaults, RedeliveryIsAtomic) {
-  expect_atomic_on_write_failure(lapsed_one, do_consume);
-  expect_atomic_on_read_failure(lapsed_one, do_consume);
+  expect_atomic(lapsed_one, do_consume);
 }
 TEST(BrokerFaults, AckIsAtomic) {
   expect_atomic_on_write_failure(leased_one, do_ack);
   expect_atomic_on_write_failure(leased_one, do_ack_batch);
 }
 TEST(BrokerFaults, AckOfALapsedLeaseReadsTheKeyAtomically) {
-  expect_atomic_on_write_failure(lapsed_one, do_ack);
-  expect_atomic_on_read_failure(lapsed_one, do_ack);
+  expect_atomic(lapsed_one, do_ack);
 }
 TEST(BrokerFaults, NackIsAtomic) {
-  expect_atomic_on_write_failure(leased_one, do_nack);
-  expect_atomic_on_read_failure(leased_one, do_nack);  // the key's record
+  expect_atomic(leased_one, do_nack);  // the key's record
 }
 TEST(BrokerFaults, NackOfTheLastAttemptDeadLettersAtomically) {
   expect_atomic_on_write_failure(last_attempt_leased, do_nack);
@@ -243,8 +243,7 @@ TEST(BrokerFaults, LeaseExpiryIsAtomicAndRetried) {
   expect_atomic_on_read_failure(last_attempt_leased_cold, do_expire, 2);
 }
 TEST(BrokerFaults, RedriveIsAtomic) {
-  expect_atomic_on_write_failure(dead_lettered_one, do_redrive);
-  expect_atomic_on_read_failure(dead_lettered_one, do_redrive);
+  expect_atomic(dead_lettered_one, do_redrive);
 }
 
 // ---- the DLQ topic a dead letter creates ----------------------------------
@@ -396,17 +395,14 @@ errc do_ack_fenced(world& w) {
 }
 
 TEST(BrokerFaults, FencedAckWithHistoryIsAtomic) {
-  expect_atomic_on_write_failure(leased_with_history, do_ack_fenced);
-  expect_atomic_on_read_failure(leased_with_history, do_ack_fenced);  // the history record
+  expect_atomic(leased_with_history, do_ack_fenced);  // the history record
 }
 TEST(BrokerFaults, ConsumeWithHistoryIsAtomic) {
   expect_atomic_on_write_failure(produced_one, do_consume);
-  expect_atomic_on_write_failure(leased_with_history, do_consume_new_group);
-  expect_atomic_on_read_failure(leased_with_history, do_consume_new_group, 2);
+  expect_atomic(leased_with_history, do_consume_new_group, 2);
 }
 TEST(BrokerFaults, NackWithHistoryIsAtomic) {
-  expect_atomic_on_write_failure(leased_with_history, do_nack);
-  expect_atomic_on_read_failure(leased_with_history, do_nack, 2);  // key, history
+  expect_atomic(leased_with_history, do_nack, 2);  // key, history
 }
 TEST(BrokerFaults, SupersedeIsAtomic) {
   expect_atomic_on_write_failure(two_with_one_key_supersede, do_consume);
@@ -414,16 +410,13 @@ TEST(BrokerFaults, SupersedeIsAtomic) {
   expect_atomic_on_read_failure(two_with_one_key_supersede, do_consume, 3);
 }
 TEST(BrokerFaults, ProduceAnsweredFromCommittedKeysIsAtomic) {
-  expect_atomic_on_write_failure(committed_one, do_produce_skip_committed);
-  expect_atomic_on_read_failure(committed_one, do_produce_skip_committed, 2);
+  expect_atomic(committed_one, do_produce_skip_committed, 2);
 }
 TEST(BrokerFaults, ProduceDuplicateWithHistoryIsAtomic) {
-  expect_atomic_on_write_failure(committed_one, do_produce_duplicate);
-  expect_atomic_on_read_failure(committed_one, do_produce_duplicate, 2);  // dedup, history
+  expect_atomic(committed_one, do_produce_duplicate, 2);  // dedup, history
 }
 TEST(BrokerFaults, LeaseExpiryWithHistoryIsAtomic) {
-  expect_atomic_on_write_failure(leased_with_history, do_expire);
-  expect_atomic_on_read_failure(leased_with_history, do_expire, 1);
+  expect_atomic(leased_with_history, do_expire, 1);
 }
 
 // ---- POST /v1/replay ------------------------------------------------------

@@ -68,9 +68,7 @@ TEST_F(BrokerTest, RestartKeepsNackDelayAndLastError) {
   EXPECT_TRUE(consume("t", "g", "a").empty());
   advance(1000);
   auto again = consume("t", "g", "a");
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].attempts, 2);
-  EXPECT_EQ(again[0].last_error, "db down");
+  expect_redelivered(again, 2, "db down");
 }
 
 TEST_F(BrokerTest, LapsedLeaseFoundAtRestartIsRedelivered) {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "broker/broker.hpp"
 #include "base/clock.hpp"
+#include "broker/broker.hpp"
 #include "storage/memory_store.hpp"
 
 namespace onceq::testing {
@@ -56,6 +56,14 @@ class BrokerTest : public ::testing::Test {
     auto r = b().consume(consume_cmd{topic, group, owner, lease_ms, max, {}});
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? std::move(*r) : std::vector<delivery>{};
+  }
+
+  // got is one message, delivered for the attempts-th time after last_error.
+  static void expect_redelivered(const std::vector<delivery>& got, std::int64_t attempts,
+                                 const std::string& last_error) {
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].attempts, attempts);
+    EXPECT_EQ(got[0].last_error, last_error);
   }
 
   static delivery_ref ref(const delivery& d, const std::string& group, const std::string& owner,

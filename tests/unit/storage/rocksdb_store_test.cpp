@@ -123,6 +123,20 @@ class rocksdb_store_test : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.err().message;
   }
 
+  // wal_sync_stats(): count timed syncs (their time adds up to more than 0
+  // exactly when there were any) and waiters callbacks released.
+  void expect_sync_stats(std::uint64_t count, std::uint64_t waiters) {
+    const auto s = store_->wal_sync_stats();
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->count, count);
+    if (count == 0) {
+      EXPECT_EQ(s->sum_ns, 0u);
+    } else {
+      EXPECT_GT(s->sum_ns, 0u);
+    }
+    EXPECT_EQ(s->waiters, waiters);
+  }
+
   std::string dir_;
   manual_clock clock_;
   fsync_policy policy_of_last_open_;
@@ -417,7 +431,7 @@ TEST(rocksdb_store_kill_child, DISABLED_write_then_die) {
   if (dir == nullptr) GTEST_SKIP() << "run only by writes_survive_kill_9_without_fsync";
   storage_options o;
   o.data_dir = dir;
-  o.fsync = fsync_policy{fsync_policy::mode::none, 0};
+  o.fsync = fsync_policy{fsync_policy::mode::none, {}};
   auto r = rocksdb_store::open(o);
   if (!r.ok()) ::_exit(2);
   auto& s = **r;
@@ -441,7 +455,7 @@ TEST(rocksdb_store_kill_child, DISABLED_write_then_die) {
 // written with write(2) before it answers (once for all the writes before
 // it), and the OS page cache outlives the process.
 TEST_F(rocksdb_store_test, writes_survive_kill_9_without_fsync) {
-  const storage_options o = options(fsync_policy{fsync_policy::mode::none, 0});
+  const storage_options o = options(fsync_policy{fsync_policy::mode::none, {}});
 
   // Everything the child needs is built before fork: after it, only
   // async-signal-safe calls until exec.
@@ -557,7 +571,7 @@ TEST_F(rocksdb_store_test, open_rejects_bad_options) {
   o.data_dir = "";
   EXPECT_EQ(rocksdb_store::open(o).code(), errc::invalid_argument);
 
-  o = options(fsync_policy{fsync_policy::mode::interval, 0});
+  o = options(fsync_policy{fsync_policy::mode::interval, std::chrono::milliseconds{0}});
   EXPECT_EQ(rocksdb_store::open(o).code(), errc::invalid_argument);
 
   // A regular file where the data dir should be.
@@ -635,7 +649,7 @@ TEST_F(rocksdb_store_test, zeros_ahead_can_be_turned_off) {
 // Zeros are written a chunk at a time as the WAL grows, never over data: a
 // WAL many chunks long reads back whole after a reopen.
 TEST_F(rocksdb_store_test, a_wal_longer_than_many_chunks_reads_back_whole) {
-  auto o = options(fsync_policy{fsync_policy::mode::none, 0});
+  auto o = options(fsync_policy{fsync_policy::mode::none, {}});
   o.wal_prezero_bytes = 64u << 10;   // the smallest chunk: many refills
   o.write_buffer_bytes = 64u << 20;  // everything stays in the WAL
   open_with(o);
@@ -788,11 +802,7 @@ TEST_F(rocksdb_store_test, no_sync_when_nothing_was_written) {
   ASSERT_TRUE(eventually([&] { return ran.load() == 10; }));
   EXPECT_EQ(store_->syncs(), 0u);
   // The skipped syncs are not timed; their callbacks still waited for the syncer.
-  const auto s = store_->wal_sync_stats();
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->count, 0u);
-  EXPECT_EQ(s->sum_ns, 0u);
-  EXPECT_EQ(s->waiters, 10u);
+  expect_sync_stats(0, 10);
 }
 
 TEST_F(rocksdb_store_test, close_runs_every_pending_callback) {
@@ -810,7 +820,7 @@ TEST_F(rocksdb_store_test, close_runs_every_pending_callback) {
 }
 
 TEST_F(rocksdb_store_test, interval_policy_answers_at_once_and_syncs_in_the_background) {
-  open(fsync_policy{fsync_policy::mode::interval, 5});
+  open(fsync_policy{fsync_policy::mode::interval, std::chrono::milliseconds{5}});
   put(column::meta, "k", "v");
   bool ran = false;
   store_->when_durable([&](result<void> r) {
@@ -824,7 +834,7 @@ TEST_F(rocksdb_store_test, interval_policy_answers_at_once_and_syncs_in_the_back
 // One timed sync per interval that has new writes to cover; answers are
 // inline, so nobody waits for the syncer.
 TEST_F(rocksdb_store_test, interval_policy_times_the_syncs_that_cover_new_writes) {
-  open(fsync_policy{fsync_policy::mode::interval, 1});
+  open(fsync_policy{fsync_policy::mode::interval, std::chrono::milliseconds{1}});
   auto syncs = [&] { return store_->wal_sync_stats().value_or(sync_stats{}).count; };
   put(column::meta, "k1", "v");
   ASSERT_TRUE(eventually([&] { return syncs() >= 1; }));
@@ -832,15 +842,11 @@ TEST_F(rocksdb_store_test, interval_policy_times_the_syncs_that_cover_new_writes
   store_->when_durable([](result<void> r) { EXPECT_TRUE(r.ok()); });
   ASSERT_TRUE(eventually([&] { return syncs() >= 2; }));
   // One sync per write: each was synced before the next was made.
-  const auto s = store_->wal_sync_stats();
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->count, 2u);
-  EXPECT_GT(s->sum_ns, 0u);
-  EXPECT_EQ(s->waiters, 0u);
+  expect_sync_stats(2, 0);
 }
 
 TEST_F(rocksdb_store_test, none_policy_answers_at_once_and_never_syncs) {
-  open(fsync_policy{fsync_policy::mode::none, 0});
+  open(fsync_policy{fsync_policy::mode::none, {}});
   int ran = 0;
   for (int i = 0; i < 100; ++i) {
     put(column::meta, numbered("k", i), "v");
@@ -937,9 +943,9 @@ TEST(fsync_policy_test, parses_the_three_forms) {
   auto i = fsync_policy::parse("interval:250");
   ASSERT_TRUE(i.ok());
   EXPECT_EQ(i->kind, fsync_policy::mode::interval);
-  EXPECT_EQ(i->interval_ms, 250);
-  EXPECT_EQ(fsync_policy::parse("interval:1")->interval_ms, 1);
-  EXPECT_EQ(fsync_policy::parse("interval:60000")->interval_ms, 60'000);
+  EXPECT_EQ(i->interval, std::chrono::milliseconds{250});
+  EXPECT_EQ(fsync_policy::parse("interval:1")->interval, std::chrono::milliseconds{1});
+  EXPECT_EQ(fsync_policy::parse("interval:60000")->interval, std::chrono::milliseconds{60'000});
 }
 
 TEST(fsync_policy_test, rejects_everything_else) {

@@ -432,7 +432,15 @@ TEST(schema_idempotency, tokens_round_trip_and_version_1_records_decode_with_tok
 TEST(schema_idempotency, history_and_latest_round_trip_and_stay_out_of_idem_keys) {
   history_record h;
   h.expires_at_ms = 77;
-  h.events.push_back(history_event{history_kind::committed, 5, "w", 1, 2, 3, 4, "r", 6});
+  h.events.push_back(history_event{.kind = history_kind::committed,
+                                   .at_ms = 5,
+                                   .owner = "w",
+                                   .partition = 1,
+                                   .offset = 2,
+                                   .attempts = 3,
+                                   .fencing_token = 4,
+                                   .reason = "r",
+                                   .result_bytes = 6});
   auto rh = decode_history(encode(h));
   ASSERT_TRUE(rh.ok());
   ASSERT_EQ(rh->events.size(), 1u);
