@@ -7,11 +7,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-# python3-setuptools and python3-venv: the install test builds the package
-# with Debian's setuptools (pip install --no-build-isolation) in a venv;
+# python3-venv: the install test builds the package with its in-tree,
+# standard-library-only backend (pip install --no-build-isolation) in a venv;
 # openssl makes the TLS tests' certificate; nodejs brings node and npm;
 # golang-go is Debian 12's Go 1.19, the oldest Go clients/go supports.
-packages=(python3 python3-setuptools python3-venv python3-pip openssl nodejs golang-go)
+packages=(python3 python3-venv python3-pip openssl nodejs golang-go)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
