@@ -18,6 +18,7 @@
 
 #include "bench/cluster_nodes.hpp"
 #include "bench/http_client.hpp"
+#include "client/http_client.hpp"
 
 namespace onceq::bench {
 namespace {
@@ -335,10 +336,16 @@ class onceq_consumer final : public consumer {
   onceq_consumer(const endpoint& node, const run_setup& s, int index)
       : client_(node.host, node.port), setup_(s), owner_(fmt::format("c{}", index)) {
     if (s.mode == consume_mode::stream) {
-      stream_ = std::make_unique<http_line_stream>(
-          node.host, node.port,
-          fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic, s.group,
-                      owner_, s.lease_ms));
+      client::options o;
+      o.host = node.host;
+      o.port = static_cast<std::uint16_t>(node.port);
+      o.timeout = 10s;
+      const auto target = fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic,
+                                      s.group, owner_, s.lease_ms);
+      stream_ = std::make_unique<client::line_stream>(std::move(o), "GET", target);
+      if (stream_->status() != 200) {
+        throw std::runtime_error(fmt::format("GET {}: status {}", target, stream_->status()));
+      }
     }
   }
 
@@ -347,7 +354,10 @@ class onceq_consumer final : public consumer {
     payloads_.clear();
     ids_.clear();
     if (stream_) {
-      stream_->read_lines(max, wait, lines_);
+      if (stream_->read_lines(max, wait, lines_) == 0 && stream_->ended()) {
+        throw std::runtime_error(
+            fmt::format("the server ended the stream ({})", stream_->end_error().message()));
+      }
       for (auto& line : lines_) {
         const std::string_view text = padded(line);
         add(text, line.data() + line.capacity());
@@ -466,7 +476,7 @@ class onceq_consumer final : public consumer {
   run_setup setup_;
   std::string owner_;
   std::string body_;
-  std::unique_ptr<http_line_stream> stream_;
+  std::unique_ptr<client::line_stream> stream_;
   std::vector<std::string> lines_;
   std::vector<std::string_view> payloads_;
   std::vector<delivery_id> ids_;

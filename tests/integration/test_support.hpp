@@ -42,22 +42,7 @@ inline std::string numbered(std::string_view prefix, long long n) {
   return out;
 }
 
-// Percent-encodes a query parameter value.
-inline std::string url_encode(std::string_view s) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
+using client::url_encode;
 
 // Checks the spec's error shape: status, {"error":code,"message":str} and an
 // X-Request-Id header.
