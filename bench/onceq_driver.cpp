@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "bench/cluster_nodes.hpp"
+#include "bench/clustered_driver.hpp"
 #include "bench/http_client.hpp"
 #include "client/http_client.hpp"
 
@@ -524,9 +525,9 @@ unsigned shards_in(const std::vector<std::string>& args) {
 
 // onceqd alone (--listen 127.0.0.1:0), or --cluster N: N onceqd processes
 // sharing one cluster file, each with its own data dir.
-class onceq_driver final : public system_driver, public cluster_control {
+class onceq_driver final : public clustered_driver {
  public:
-  explicit onceq_driver(const bench_options& o) : o_(o) {}
+  explicit onceq_driver(const bench_options& o) : clustered_driver(o.cluster > 0), o_(o) {}
 
   std::string_view name() const override { return "onceq"; }
 
@@ -643,19 +644,6 @@ class onceq_driver final : public system_driver, public cluster_control {
     return out;
   }
 
-  server_process& process() override { return o_.cluster > 0 ? nodes_.process(0) : proc_; }
-  process_usage usage() override { return o_.cluster > 0 ? nodes_.usage() : proc_.usage(); }
-  cluster_control* cluster() override { return o_.cluster > 0 ? this : nullptr; }
-
-  std::string stop() override {
-    if (o_.cluster > 0) {
-      auto out = nodes_.stop_all();
-      nodes_ = cluster_nodes{};
-      return out;
-    }
-    return proc_.stop();
-  }
-
   // cluster_control
   std::size_t size() const override { return endpoints_.size(); }
   std::string node_name(std::size_t i) const override { return endpoints_.at(i).name; }
@@ -664,8 +652,6 @@ class onceq_driver final : public system_driver, public cluster_control {
     for (int t = 0; t < s.topics; ++t) locate(topic_name(s, t), 60s);
     return leaders_.at(s.topic);
   }
-
-  std::string kill(std::size_t i) override { return nodes_.kill(i); }
 
   void restart(std::size_t i, const run_setup& s, std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -847,8 +833,6 @@ class onceq_driver final : public system_driver, public cluster_control {
   }
 
   bench_options o_;
-  server_process proc_;  // one server
-  cluster_nodes nodes_;  // --cluster N
   std::vector<endpoint> endpoints_;
   std::map<std::string, std::size_t> leaders_;  // topic -> node leading its shard
   std::string version_;
