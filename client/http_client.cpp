@@ -276,13 +276,17 @@ response http_client::request(std::string_view method, std::string_view target,
   }
 }
 
+// The body is read into a string_body: its reader appends at the string's
+// end, so lines taken from the front between reads are simply erased.
 struct line_stream::impl {
   explicit impl(const options& o) : conn(o), timer(conn.ioc) {
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    conn.buffer.reserve(k_read_size);
   }
+  static constexpr std::size_t k_read_size = 64u << 10;
   connection conn;
   net::steady_timer timer;
-  http::response_parser<http::buffer_body> parser;
+  http::response_parser<http::string_body> parser;
 };
 
 line_stream::line_stream(options opts, std::string_view method, std::string_view target,
@@ -310,51 +314,54 @@ line_stream::line_stream(options opts, std::string_view method, std::string_view
 
 line_stream::~line_stream() = default;
 
+bool line_stream::ended() const {
+  return ended_ && impl_->parser.get().body().empty();
+}
+
 void line_stream::take(std::size_t max, std::vector<std::string>& out) {
+  std::string& body = impl_->parser.get().body();
   std::size_t at = 0;
   while (out.size() < max) {
-    const auto nl = pending_.find('\n', at);
+    const auto nl = body.find('\n', at);
     if (nl == std::string::npos) break;
     std::size_t end = nl;
-    if (end > at && pending_[end - 1] == '\r') --end;
-    if (end > at) out.emplace_back(pending_, at, end - at);
+    if (end > at && body[end - 1] == '\r') --end;
+    if (end > at) out.emplace_back(body, at, end - at);
     at = nl + 1;
   }
-  pending_.erase(0, at);
+  body.erase(0, at);
   if (ended_ && out.size() < max) {  // no newline left: the last line
-    if (!pending_.empty() && pending_.back() == '\r') pending_.pop_back();
-    if (!pending_.empty()) out.push_back(std::move(pending_));
-    pending_.clear();
+    if (!body.empty() && body.back() == '\r') body.pop_back();
+    if (!body.empty()) out.push_back(std::move(body));
+    body.clear();
   }
 }
 
-void line_stream::read_some(steady_clock::time_point deadline) {
+void line_stream::read_some(std::optional<steady_clock::time_point> deadline) {
   auto& conn = impl_->conn;
   auto& parser = impl_->parser;
-  char chunk[16384];
-  parser.get().body().data = chunk;
-  parser.get().body().size = sizeof chunk;
   // The timer cancels the read (the connection stays open): tcp_stream's
   // own timeout would close it.
   bool timed_out = false;
-  impl_->timer.expires_at(deadline);
-  impl_->timer.async_wait([&](beast::error_code ec) {
-    if (ec) return;
-    timed_out = true;
-    beast::error_code ignored;
-    conn.tcp.socket().cancel(ignored);
-  });
+  if (deadline) {
+    impl_->timer.expires_at(*deadline);
+    impl_->timer.async_wait([&](beast::error_code ec) {
+      if (ec) return;
+      timed_out = true;
+      beast::error_code ignored;
+      conn.tcp.socket().cancel(ignored);
+    });
+  }
   auto ec = conn.run([&](auto h) {
     conn.with_stream([&](auto& s) {
       http::async_read_some(s, conn.buffer, parser,
-                            [this, h = std::move(h)](beast::error_code e, std::size_t n) mutable {
-                              impl_->timer.cancel();
+                            [this, timer = deadline.has_value(), h = std::move(h)](
+                                beast::error_code e, std::size_t n) mutable {
+                              if (timer) impl_->timer.cancel();
                               h(e, n);
                             });
     });
   });
-  pending_.append(chunk, sizeof chunk - parser.get().body().size);
-  if (ec == http::error::need_buffer) ec = {};
   if (parser.is_done()) {
     ended_ = true;
   } else if (ec && !(timed_out && ec == net::error::operation_aborted)) {
@@ -375,7 +382,8 @@ std::size_t line_stream::read_lines(std::size_t max, milliseconds wait,
   // An answer arrives in several reads: take what has arrived meanwhile
   // too, without waiting, so that a batch is not cut into small ones.
   while (!out.empty() && out.size() < max && !ended_ && impl_->conn.tcp.socket().available() > 0) {
-    read_some(steady_clock::now() + wait);
+    // (A TLS record may have arrived in part: bounded by wait there.)
+    read_some(opts_.tls ? std::optional(steady_clock::now() + wait) : std::nullopt);
     take(max, out);
   }
   return out.size();

@@ -149,22 +149,22 @@ class line_stream {
                          std::vector<std::string>& out);
   // The next line, or nullopt (see read_lines).
   std::optional<std::string> next_line(std::chrono::milliseconds wait);
-  bool ended() const { return ended_ && pending_.empty(); }
+  bool ended() const;
   // Why the answer ended early (a reset, the server gone); none after a
   // complete answer.
   std::error_code end_error() const { return end_error_; }
 
  private:
-  // Appends to pending_ what one read brings before deadline.
-  void read_some(std::chrono::steady_clock::time_point deadline);
-  // Moves complete lines from pending_ into out, up to max.
+  // Appends to the unread body what one read brings: before deadline, or
+  // without one when bytes are known to be there already.
+  void read_some(std::optional<std::chrono::steady_clock::time_point> deadline);
+  // Moves complete lines of the unread body into out, up to max.
   void take(std::size_t max, std::vector<std::string>& out);
 
   struct impl;
   options opts_;
   std::unique_ptr<impl> impl_;
   response head_;
-  std::string pending_;
   bool ended_ = false;
   std::error_code end_error_;
 };
