@@ -150,4 +150,19 @@ class system_driver {
   virtual std::string stop() = 0;
 };
 
+// Fills in what every result (run_result, failover_result) says about the
+// system it ran on; false, with r.skipped saying why, when drv cannot run d.
+template <class Result>
+bool describe_system(Result& r, system_driver& drv, durability d) {
+  r.system = std::string(drv.name());
+  r.durability = std::string(to_string(d));
+  r.setting = drv.setting(d);
+  if (std::string why; !drv.supports(d, why)) {
+    r.skipped = why;
+    return false;
+  }
+  r.version = drv.version();
+  return true;
+}
+
 }  // namespace onceq::bench

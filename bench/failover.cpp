@@ -100,14 +100,7 @@ class probe {
 
 failover_result run_failover(system_driver& drv, durability d, const bench_options& o) {
   failover_result r;
-  r.system = std::string(drv.name());
-  r.durability = std::string(to_string(d));
-  r.setting = drv.setting(d);
-  if (std::string why; !drv.supports(d, why)) {
-    r.skipped = why;
-    return r;
-  }
-  r.version = drv.version();
+  if (!describe_system(r, drv, d)) return r;
 
   run_setup s;
   s.partitions = o.partitions;
@@ -116,14 +109,10 @@ failover_result run_failover(system_driver& drv, durability d, const bench_optio
   s.attempt_ms = o.failover_attempt_ms;
   s.retry_ms = o.failover_retry_ms;
 
-  std::string tmpl = (std::filesystem::path(o.tmp_root) /
-                      fmt::format("onceq-bench-{}-{}-failover-XXXXXX", r.system, r.durability))
-                         .string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    r.error = fmt::format("mkdtemp {} failed", tmpl);
-    return r;
-  }
-  const std::filesystem::path dir = tmpl;
+  const auto made = make_temp_dir(
+      o.tmp_root, fmt::format("onceq-bench-{}-{}-failover", r.system, r.durability), r.error);
+  if (!made) return r;
+  const std::filesystem::path dir = *made;
   const std::string label = fmt::format("[{} {} failover]", r.system, r.durability);
   progress_line progress;
   std::uint64_t next_seq = 0;  // only the probe thread of the moment uses it

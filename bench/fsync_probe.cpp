@@ -35,17 +35,13 @@ namespace {
 
 enum class way { grow, fallocate, zeroed };
 
-const char* name_of(way w) {
-  switch (w) {
-    case way::grow:
-      return "grow";
-    case way::fallocate:
-      return "fallocate";
-    case way::zeroed:
-      return "zeroed";
-  }
-  return "?";
-}
+// Every way, in the order of the report, with its name there.
+struct named_way {
+  way w;
+  const char* name;
+};
+constexpr named_way k_ways[] = {
+    {way::grow, "grow"}, {way::fallocate, "fallocate"}, {way::zeroed, "zeroed"}};
 
 struct outcome {
   double mean_us = 0;
@@ -139,14 +135,14 @@ int main(int argc, char** argv) {
   const std::string path = dir + "/onceq-fsync-probe." + std::to_string(::getpid());
   std::printf("| append bytes | way | mean us | p99 us |\n|---:|---|---:|---:|\n");
   for (auto bytes : sizes) {
-    for (way w : {way::grow, way::fallocate, way::zeroed}) {
+    for (const auto& [w, name] : k_ways) {
       const outcome o = probe(path, w, appends, bytes, chunk);
       if (!o.error.empty()) {
         std::fprintf(stderr, "onceq-fsync-probe: %s (%zu-byte appends, %s)\n", o.error.c_str(),
-                     bytes, name_of(w));
+                     bytes, name);
         return 1;
       }
-      std::printf("| %zu | %s | %.0f | %.0f |\n", bytes, name_of(w), o.mean_us, o.p99_us);
+      std::printf("| %zu | %s | %.0f | %.0f |\n", bytes, name, o.mean_us, o.p99_us);
     }
   }
   return 0;

@@ -4,10 +4,8 @@
 #include <boost/beast/http/verb.hpp>
 
 #include <chrono>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace onceq::bench {
 
@@ -21,6 +19,11 @@ struct http_response {
 // Beast's parser for the answer), with a deadline on every request. One request at a time, no
 // pipelining. Used by one thread. Throws std::runtime_error on connect/IO errors and timeouts; it
 // never retries a request by itself (a produce retry is the caller's decision).
+//
+// Not client/http_client.hpp, on purpose: this is the request driver of the
+// measured load, one sendmsg and one recv per request (see http_client.cpp);
+// the streaming consumer, which has no per-request cost, uses
+// client::line_stream.
 class http_client {
  public:
   http_client(std::string host, int port);
@@ -48,29 +51,6 @@ class http_client {
   boost::beast::flat_buffer buffer_;
   std::string head_;
   http_response last_;
-};
-
-// One streaming GET (onceq's consume without max_messages): the answer's
-// body is read as it arrives, line by line, on its own connection. Used by
-// one thread.
-class http_line_stream {
- public:
-  // Connects, sends GET target and reads the answer's header; throws unless
-  // it is 200.
-  http_line_stream(std::string host, int port, std::string_view target);
-  ~http_line_stream();
-  http_line_stream(const http_line_stream&) = delete;
-  http_line_stream& operator=(const http_line_stream&) = delete;
-
-  // Moves up to `max` complete lines into `out` (cleared first), reading
-  // for up to `wait` when none is buffered. Returns how many; 0 when the
-  // wait ran out. Throws when the server ends the stream or on I/O errors.
-  std::size_t read_lines(std::size_t max, std::chrono::milliseconds wait,
-                         std::vector<std::string>& out);
-
- private:
-  struct impl;
-  std::unique_ptr<impl> p_;
 };
 
 }  // namespace onceq::bench

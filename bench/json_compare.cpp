@@ -34,6 +34,7 @@
 #include <boost/json.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/json_samples.hpp"
 #include "http/codec.hpp"
 #include "http/json_write.hpp"
 #include "http/params.hpp"
@@ -43,32 +44,10 @@ namespace {
 using onceq::http::append_json_int;
 using onceq::http::append_json_string;
 
-constexpr int k_messages = 100;
+constexpr int k_messages = onceq::bench::k_sample_messages;
 constexpr std::array<std::string_view, 11> k_optional = {
     "tenant_id",  "run_id",   "step_id",  "parent_step_id", "target_topic", "partition_override",
     "key_ttl_ms", "delay_ms", "deadline", "retry_policy",   "headers"};
-
-std::string produce_body() {
-  std::string body = R"({"topic":"bench","messages":[)";
-  for (int i = 0; i < k_messages; ++i) {
-    if (i > 0) body += ',';
-    std::string value(256, 'v');
-    for (std::size_t k = 0; k < value.size(); k += 7) value[k] = static_cast<char>('a' + k % 26);
-    body += fmt::format(
-        R"({{"key":"key-{}","value":"{}","envelope":{{"idempotency_key":"order-{:08}","msg_id":"m-7f3a9c-{}"}}}})",
-        i % 16, value, i, i);
-  }
-  return body + "]}";
-}
-
-std::string ack_body() {
-  std::string body = R"({"topic":"bench","group":"workers","owner":"w-1","acks":[)";
-  for (int i = 0; i < k_messages; ++i) {
-    if (i > 0) body += ',';
-    body += fmt::format(R"({{"partition":{},"offset":{},"attempts":1}})", i % 4, 1'000'000 + i);
-  }
-  return body + "]}";
-}
 
 // What every variant extracts from one produced message.
 struct msg_fields {
@@ -376,8 +355,8 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
   // The server's bodies have simdjson's padding past their end (as
   // http/session.cpp reads them): the codec parses them in place.
-  std::string produce = produce_body();
-  std::string ack = ack_body();
+  std::string produce = onceq::bench::sample_produce_body();
+  std::string ack = onceq::bench::sample_ack_body();
   produce.reserve(produce.size() + onceq::http::k_json_padding);
   ack.reserve(ack.size() + onceq::http::k_json_padding);
   const simdjson::padded_string produce_p(produce);

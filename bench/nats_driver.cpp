@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "bench/cluster_nodes.hpp"
+#include "bench/clustered_driver.hpp"
 
 namespace onceq::bench {
 namespace {
@@ -290,9 +291,9 @@ stream_info_ptr stream_info(nats_connection& conn, std::string& why) {
 
 // nats-server -js alone, or --cluster N: N servers with routes to each
 // other, JetStream on each (its own store dir), and an R N stream.
-class nats_driver final : public system_driver, public cluster_control {
+class nats_driver final : public clustered_driver {
  public:
-  explicit nats_driver(const bench_options& o) : o_(o) {}
+  explicit nats_driver(const bench_options& o) : clustered_driver(o.cluster > 0), o_(o) {}
   ~nats_driver() override {
     proc_.stop();
     nodes_.stop_all();
@@ -417,19 +418,6 @@ class nats_driver final : public system_driver, public cluster_control {
     return std::make_unique<nats_consumer>(nodes_for(index), s);
   }
 
-  server_process& process() override { return o_.cluster > 0 ? nodes_.process(0) : proc_; }
-  process_usage usage() override { return o_.cluster > 0 ? nodes_.usage() : proc_.usage(); }
-  cluster_control* cluster() override { return o_.cluster > 0 ? this : nullptr; }
-
-  std::string stop() override {
-    if (o_.cluster > 0) {
-      auto out = nodes_.stop_all();
-      nodes_ = cluster_nodes{};
-      return out;
-    }
-    return proc_.stop();
-  }
-
   // cluster_control
   std::size_t size() const override { return servers_.size(); }
   std::string node_name(std::size_t i) const override { return servers_.at(i).name; }
@@ -438,8 +426,6 @@ class nats_driver final : public system_driver, public cluster_control {
     locate_leader(60s);
     return leader_;
   }
-
-  std::string kill(std::size_t i) override { return nodes_.kill(i); }
 
   // Rejoined: the stream has a leader and every other replica, node i
   // among them, is current (caught up) and was heard from within a second.
@@ -592,8 +578,6 @@ class nats_driver final : public system_driver, public cluster_control {
   }
 
   bench_options o_;
-  server_process proc_;  // one server
-  cluster_nodes nodes_;  // --cluster N
   std::vector<nats_node> servers_;
   std::size_t leader_ = 0;  // the stream leader, as last located
   std::string version_;

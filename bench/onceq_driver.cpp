@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "bench/cluster_nodes.hpp"
+#include "bench/clustered_driver.hpp"
 #include "bench/http_client.hpp"
+#include "client/http_client.hpp"
 
 namespace onceq::bench {
 namespace {
@@ -335,10 +337,16 @@ class onceq_consumer final : public consumer {
   onceq_consumer(const endpoint& node, const run_setup& s, int index)
       : client_(node.host, node.port), setup_(s), owner_(fmt::format("c{}", index)) {
     if (s.mode == consume_mode::stream) {
-      stream_ = std::make_unique<http_line_stream>(
-          node.host, node.port,
-          fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic, s.group,
-                      owner_, s.lease_ms));
+      client::options o;
+      o.host = node.host;
+      o.port = static_cast<std::uint16_t>(node.port);
+      o.timeout = 10s;
+      const auto target = fmt::format("/v1/consume?topic={}&group={}&owner={}&lease_ms={}", s.topic,
+                                      s.group, owner_, s.lease_ms);
+      stream_ = std::make_unique<client::line_stream>(std::move(o), "GET", target);
+      if (stream_->status() != 200) {
+        throw std::runtime_error(fmt::format("GET {}: status {}", target, stream_->status()));
+      }
     }
   }
 
@@ -347,7 +355,10 @@ class onceq_consumer final : public consumer {
     payloads_.clear();
     ids_.clear();
     if (stream_) {
-      stream_->read_lines(max, wait, lines_);
+      if (stream_->read_lines(max, wait, lines_) == 0 && stream_->ended()) {
+        throw std::runtime_error(
+            fmt::format("the server ended the stream ({})", stream_->end_error().message()));
+      }
       for (auto& line : lines_) {
         const std::string_view text = padded(line);
         add(text, line.data() + line.capacity());
@@ -466,7 +477,7 @@ class onceq_consumer final : public consumer {
   run_setup setup_;
   std::string owner_;
   std::string body_;
-  std::unique_ptr<http_line_stream> stream_;
+  std::unique_ptr<client::line_stream> stream_;
   std::vector<std::string> lines_;
   std::vector<std::string_view> payloads_;
   std::vector<delivery_id> ids_;
@@ -514,9 +525,9 @@ unsigned shards_in(const std::vector<std::string>& args) {
 
 // onceqd alone (--listen 127.0.0.1:0), or --cluster N: N onceqd processes
 // sharing one cluster file, each with its own data dir.
-class onceq_driver final : public system_driver, public cluster_control {
+class onceq_driver final : public clustered_driver {
  public:
-  explicit onceq_driver(const bench_options& o) : o_(o) {}
+  explicit onceq_driver(const bench_options& o) : clustered_driver(o.cluster > 0), o_(o) {}
 
   std::string_view name() const override { return "onceq"; }
 
@@ -633,19 +644,6 @@ class onceq_driver final : public system_driver, public cluster_control {
     return out;
   }
 
-  server_process& process() override { return o_.cluster > 0 ? nodes_.process(0) : proc_; }
-  process_usage usage() override { return o_.cluster > 0 ? nodes_.usage() : proc_.usage(); }
-  cluster_control* cluster() override { return o_.cluster > 0 ? this : nullptr; }
-
-  std::string stop() override {
-    if (o_.cluster > 0) {
-      auto out = nodes_.stop_all();
-      nodes_ = cluster_nodes{};
-      return out;
-    }
-    return proc_.stop();
-  }
-
   // cluster_control
   std::size_t size() const override { return endpoints_.size(); }
   std::string node_name(std::size_t i) const override { return endpoints_.at(i).name; }
@@ -654,8 +652,6 @@ class onceq_driver final : public system_driver, public cluster_control {
     for (int t = 0; t < s.topics; ++t) locate(topic_name(s, t), 60s);
     return leaders_.at(s.topic);
   }
-
-  std::string kill(std::size_t i) override { return nodes_.kill(i); }
 
   void restart(std::size_t i, const run_setup& s, std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -837,8 +833,6 @@ class onceq_driver final : public system_driver, public cluster_control {
   }
 
   bench_options o_;
-  server_process proc_;  // one server
-  cluster_nodes nodes_;  // --cluster N
   std::vector<endpoint> endpoints_;
   std::map<std::string, std::size_t> leaders_;  // topic -> node leading its shard
   std::string version_;

@@ -89,6 +89,22 @@ std::string default_onceqd() {
   return (self.parent_path() / ".." / "cmd" / "onceqd").lexically_normal().string();
 }
 
+// The field of a flag whose value is taken as it is, or null.
+std::string* text_flag(bench_options& o, std::string_view flag) {
+  const std::pair<std::string_view, std::string*> flags[] = {
+      {"--onceqd", &o.onceqd},
+      {"--onceq-default-fsync", &o.onceq_default_fsync},
+      {"--nats-server", &o.nats_server},
+      {"--redis-server", &o.redis_server},
+      {"--tmp", &o.tmp_root},
+      {"--out-json", &o.out_json},
+      {"--out-md", &o.out_md}};
+  for (const auto& [name, field] : flags) {
+    if (name == flag) return field;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string_view to_string(durability d) {
@@ -200,8 +216,6 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
     } else if (flag == "--failover-retry-ms") {
       ok = parse_number(value, o.failover_retry_ms) && o.failover_retry_ms >= 0 &&
            o.failover_retry_ms <= 10000;
-    } else if (flag == "--onceqd") {
-      o.onceqd = value;
     } else if (flag == "--onceqd-args") {
       o.onceqd_args.clear();
       std::size_t at = 0;
@@ -210,18 +224,8 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
         if (end > at) o.onceqd_args.emplace_back(value.substr(at, end - at));
         at = end + 1;
       }
-    } else if (flag == "--onceq-default-fsync") {
-      o.onceq_default_fsync = value;
-    } else if (flag == "--nats-server") {
-      o.nats_server = value;
-    } else if (flag == "--redis-server") {
-      o.redis_server = value;
-    } else if (flag == "--tmp") {
-      o.tmp_root = value;
-    } else if (flag == "--out-json") {
-      o.out_json = value;
-    } else if (flag == "--out-md") {
-      o.out_md = value;
+    } else if (std::string* field = text_flag(o, flag)) {
+      *field = value;
     } else {
       error = fmt::format("unknown flag {} (see --help)", flag);
       return std::nullopt;

@@ -250,4 +250,14 @@ double self_cpu_seconds() {
   return secs(ru.ru_utime) + secs(ru.ru_stime);
 }
 
+std::optional<std::filesystem::path> make_temp_dir(const std::string& root,
+                                                   const std::string& prefix, std::string& error) {
+  std::string tmpl = (std::filesystem::path(root) / (prefix + "-XXXXXX")).string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    error = fmt::format("mkdtemp {} failed", tmpl);
+    return std::nullopt;
+  }
+  return std::filesystem::path(tmpl);
+}
+
 }  // namespace onceq::bench

@@ -78,4 +78,9 @@ command_output run_command(const std::vector<std::string>& argv,
 // The bench process's own CPU seconds (user + system) so far.
 double self_cpu_seconds();
 
+// Creates a fresh directory <root>/<prefix>-XXXXXX (mkdtemp). On failure
+// returns nullopt and says why in error.
+std::optional<std::filesystem::path> make_temp_dir(const std::string& root,
+                                                   const std::string& prefix, std::string& error);
+
 }  // namespace onceq::bench

@@ -78,15 +78,26 @@ struct consumer_plan {
   std::uint64_t quiet_ns = 0;
 };
 
-void producer_loop(system_driver& drv, const run_setup& s, const bench_options& o, shared_run& st,
-                   int index, const producer_plan& plan, std::latch& gate) {
-  std::unique_ptr<producer> p;
+// Connects one client of the run, then waits at gate for the others, so
+// that every thread starts at once. Null when it could not connect (st
+// says why).
+template <class Make>
+auto connect_then_wait(Make make, std::string_view what, int index, shared_run& st,
+                       std::latch& gate) {
+  decltype(make()) client;
   try {
-    p = drv.make_producer(s, index);
+    client = make();
   } catch (const std::exception& e) {
-    st.fail(fmt::format("producer {} connect: {}", index, e.what()));
+    st.fail(fmt::format("{} {} connect: {}", what, index, e.what()));
   }
   gate.arrive_and_wait();
+  return client;
+}
+
+void producer_loop(system_driver& drv, const run_setup& s, const bench_options& o, shared_run& st,
+                   int index, const producer_plan& plan, std::latch& gate) {
+  auto p =
+      connect_then_wait([&] { return drv.make_producer(s, index); }, "producer", index, st, gate);
   auto finish = [&] {
     if (--st.producers_running == 0) st.producers_done_ns = steady_now_ns();
   };
@@ -155,13 +166,8 @@ void producer_loop(system_driver& drv, const run_setup& s, const bench_options& 
 
 void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int index,
                    const consumer_plan& plan, std::latch& gate, histogram& hist) {
-  std::unique_ptr<consumer> c;
-  try {
-    c = drv.make_consumer(s, index);
-  } catch (const std::exception& e) {
-    st.fail(fmt::format("consumer {} connect: {}", index, e.what()));
-  }
-  gate.arrive_and_wait();
+  auto c =
+      connect_then_wait([&] { return drv.make_consumer(s, index); }, "consumer", index, st, gate);
   if (!c || st.stop) return;
 
   std::mt19937_64 rng(0x2545f4914f6cdd1dULL + static_cast<std::uint64_t>(index));
@@ -398,15 +404,8 @@ std::vector<workload_kind> expand_workloads(const bench_options& o) {
 run_result run_workload(system_driver& drv, workload_kind kind, durability d,
                         const bench_options& o) {
   run_result r;
-  r.system = std::string(drv.name());
   r.workload = std::string(id_of(kind));
-  r.durability = std::string(to_string(d));
-  r.setting = drv.setting(d);
-  if (std::string why; !drv.supports(d, why)) {
-    r.skipped = why;
-    return r;
-  }
-  r.version = drv.version();
+  if (!describe_system(r, drv, d)) return r;
 
   std::size_t n = o.messages;
   const bool drain = kind == workload_kind::w2_drain || kind == workload_kind::w2_piggyback ||
@@ -433,15 +432,10 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
     return r;
   }
 
-  std::string tmpl =
-      (std::filesystem::path(o.tmp_root) /
-       fmt::format("onceq-bench-{}-{}-{}-XXXXXX", r.system, r.durability, r.workload))
-          .string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    r.error = fmt::format("mkdtemp {} failed", tmpl);
-    return r;
-  }
-  const std::filesystem::path dir = tmpl;
+  const auto made = make_temp_dir(
+      o.tmp_root, fmt::format("onceq-bench-{}-{}-{}", r.system, r.durability, r.workload), r.error);
+  if (!made) return r;
+  const std::filesystem::path dir = *made;
   const std::string label = fmt::format("[{} {} {}]", r.system, r.durability, r.workload);
   progress_line progress;
   shared_run st(n);

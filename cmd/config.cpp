@@ -75,6 +75,15 @@ void add_int(CLI::App& app, const std::string& name, const std::string& metavar,
           ""));
 }
 
+// A flag whose value is a byte count in units of 1 << shift (MiB: 20,
+// KiB: 10); "(default N)" follows help, N in those units.
+void add_bytes(CLI::App& app, const std::string& name, const std::string& help, int shift,
+               std::int64_t lo, std::int64_t hi, std::size_t default_bytes, std::size_t& target) {
+  const char* space = help.ends_with('\n') ? "" : " ";
+  add_int(app, name, "N", fmt::format("{}{}(default {})", help, space, default_bytes >> shift), lo,
+          hi, [&target, shift](std::int64_t v) { target = static_cast<std::size_t>(v) << shift; });
+}
+
 // A flag taking a string; check returns the reason a value is refused.
 void add_text(CLI::App& app, const std::string& name, const std::string& metavar,
               const std::string& help,
@@ -92,6 +101,14 @@ std::optional<std::string> non_empty(std::string_view what, std::string_view v) 
   return std::nullopt;
 }
 
+// A flag naming a file (not empty).
+void add_file(CLI::App& app, const std::string& name, const std::string& help,
+              std::string& target) {
+  add_text(
+      app, name, "FILE", help, [](std::string_view v) { return non_empty("a file", v); },
+      [&target](const std::string& v) { target = v; });
+}
+
 // The whole command line, bound to c. d holds the defaults shown by --help.
 std::unique_ptr<CLI::App> make_app(config& c) {
   const config d;
@@ -103,10 +120,7 @@ std::unique_ptr<CLI::App> make_app(config& c) {
   auto& a = *app;
   using i64 = std::int64_t;
 
-  add_text(
-      a, "--config", "FILE", "read settings from a TOML file first; flags override it",
-      [](std::string_view v) { return non_empty("a file", v); },
-      [&c](const std::string& v) { c.config_file = v; });
+  add_file(a, "--config", "read settings from a TOML file first; flags override it", c.config_file);
   add_text(
       a, "--listen", "HOST:PORT",
       fmt::format("address to serve on; port 0 picks a free one (default {}:{})", d.http.host,
@@ -135,12 +149,10 @@ std::unique_ptr<CLI::App> make_app(config& c) {
             c.shards = static_cast<unsigned>(v);
             c.shards_given = true;
           });
-  add_text(
-      a, "--cluster", "FILE",
-      "run as a node of the cluster in this TOML file (docs/REPLICATION.md);\n"
-      "the node serves its API on the file's http address (not --listen)",
-      [](std::string_view v) { return non_empty("a file", v); },
-      [&c](const std::string& v) { c.cluster_file = v; });
+  add_file(a, "--cluster",
+           "run as a node of the cluster in this TOML file (docs/REPLICATION.md);\n"
+           "the node serves its API on the file's http address (not --listen)",
+           c.cluster_file);
   add_text(
       a, "--node-id", "ID", "this node's id in the --cluster file",
       [](std::string_view v) { return non_empty("a node id", v); },
@@ -210,32 +222,18 @@ std::unique_ptr<CLI::App> make_app(config& c) {
           fmt::format("max_inflight of topics created without one; 0 is\nunlimited (default {})",
                       d.http.topic_defaults.max_inflight),
           0, k_max, [&c](i64 v) { c.http.topic_defaults.max_inflight = v; });
-  add_text(
-      a, "--auth-file", "FILE",
-      "bearer tokens with scopes and topics (docs/SECURITY.md);\nreread on SIGHUP (default: "
-      "none, every route open)",
-      [](std::string_view v) { return non_empty("a file", v); },
-      [&c](const std::string& v) { c.auth_file = v; });
-  add_int(a, "--block-cache-mb", "N",
-          fmt::format("RocksDB block cache size in MiB (default {})",
-                      d.storage.block_cache_bytes >> 20),
-          0, 1ll << 20,
-          [&c](i64 v) { c.storage.block_cache_bytes = static_cast<std::size_t>(v) << 20; });
-  add_int(a, "--write-buffer-mb", "N",
-          fmt::format("RocksDB memtable size per column family in MiB (default {})",
-                      d.storage.write_buffer_bytes >> 20),
-          1, 1ll << 16,
-          [&c](i64 v) { c.storage.write_buffer_bytes = static_cast<std::size_t>(v) << 20; });
-  add_int(a, "--message-cache-mb", "N",
-          fmt::format("recently produced messages kept in memory, MiB (default {})",
-                      d.broker.message_cache_bytes >> 20),
-          0, 1ll << 20,
-          [&c](i64 v) { c.broker.message_cache_bytes = static_cast<std::size_t>(v) << 20; });
-  add_int(a, "--wal-prezero-kb", "N",
-          fmt::format("zeros kept written ahead of the WAL's end, KiB; 0 is off\n(default {})",
-                      d.storage.wal_prezero_bytes >> 10),
-          0, 1 << 20,
-          [&c](i64 v) { c.storage.wal_prezero_bytes = static_cast<std::size_t>(v) << 10; });
+  add_file(a, "--auth-file",
+           "bearer tokens with scopes and topics (docs/SECURITY.md);\nreread on SIGHUP (default: "
+           "none, every route open)",
+           c.auth_file);
+  add_bytes(a, "--block-cache-mb", "RocksDB block cache size in MiB", 20, 0, 1ll << 20,
+            d.storage.block_cache_bytes, c.storage.block_cache_bytes);
+  add_bytes(a, "--write-buffer-mb", "RocksDB memtable size per column family in MiB", 20, 1,
+            1ll << 16, d.storage.write_buffer_bytes, c.storage.write_buffer_bytes);
+  add_bytes(a, "--message-cache-mb", "recently produced messages kept in memory, MiB", 20, 0,
+            1ll << 20, d.broker.message_cache_bytes, c.broker.message_cache_bytes);
+  add_bytes(a, "--wal-prezero-kb", "zeros kept written ahead of the WAL's end, KiB; 0 is off\n", 10,
+            0, 1 << 20, d.storage.wal_prezero_bytes, c.storage.wal_prezero_bytes);
   add_int(a, "--shutdown-grace-ms", "N",
           fmt::format("at SIGTERM, how long open requests may finish (default {})",
                       d.shutdown_grace_ms),
@@ -248,14 +246,9 @@ std::unique_ptr<CLI::App> make_app(config& c) {
           fmt::format("a request header block must arrive within this (default {})",
                       d.http.header_timeout_ms),
           1, k_max, [&c](i64 v) { c.http.header_timeout_ms = v; });
-  add_text(
-      a, "--tls-cert", "FILE", "serve HTTPS: PEM certificate chain (needs --tls-key)",
-      [](std::string_view v) { return non_empty("a file", v); },
-      [&c](const std::string& v) { c.http.tls_cert_file = v; });
-  add_text(
-      a, "--tls-key", "FILE", "PEM private key of --tls-cert",
-      [](std::string_view v) { return non_empty("a file", v); },
-      [&c](const std::string& v) { c.http.tls_key_file = v; });
+  add_file(a, "--tls-cert", "serve HTTPS: PEM certificate chain (needs --tls-key)",
+           c.http.tls_cert_file);
+  add_file(a, "--tls-key", "PEM private key of --tls-cert", c.http.tls_key_file);
   add_text(
       a, "--log-level", "LEVEL",
       fmt::format("debug | info | warn | error (default {})", to_string(d.log.level)),

@@ -1,7 +1,8 @@
 #pragma once
 
-// The CLI's HTTP client: synchronous Beast over one kept-alive connection
-// to the server named by --url, with the bearer token on every request.
+// The CLI's HTTP client: client/http_client.hpp's one kept-alive
+// connection to the server named by --url, with the bearer token on every
+// request.
 //
 // Retries: 429 and 503 are retried (the API says both are safe to retry)
 // up to options::retries times, waiting Retry-After / retry_after_ms
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "client/http_client.hpp"
 
 namespace onceq::cli {
 
@@ -72,17 +75,15 @@ class api_client {
                       const std::vector<std::pair<std::string, std::string>>& headers,
                       std::chrono::milliseconds timeout);
 
-  struct impl;
-  std::unique_ptr<impl> impl_;
   options opts_;
   endpoint ep_;
+  client::http_client http_;
 };
 
 // Throws cli_error "NOT_FOUND: topic 'x' not found" from the API's error
 // body (or the status when the body is not the API's), classed by the status.
 [[noreturn]] void throw_reply_error(const api_reply& r);
 
-// Percent-encodes a query parameter value or a path segment.
-std::string url_encode(std::string_view s);
+using client::url_encode;
 
 }  // namespace onceq::cli

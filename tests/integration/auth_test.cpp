@@ -142,29 +142,19 @@ TEST_F(auth, each_scope_and_topic_decides) {
                        403, "PERMISSION_DENIED"));
 
   // consume (the hashed token), ack, keys
-  EXPECT_TRUE(
-      is_error(as(k_producer, "POST", "/v1/consume",
-                  {{"topic", "orders"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 1}}),
-               403, "PERMISSION_DENIED"));
-  auto got = as(k_worker, "POST", "/v1/consume",
-                {{"topic", "orders"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 10}});
+  EXPECT_TRUE(is_error(as(k_producer, "POST", "/v1/consume", consume_body("orders", "g", "w", 1)),
+                       403, "PERMISSION_DENIED"));
+  auto got = as(k_worker, "POST", "/v1/consume", consume_body("orders", "g", "w", 10));
   ASSERT_EQ(got.status, 200u) << got.body;
   auto msgs = got.ndjson();
   ASSERT_EQ(msgs.size(), 1u);
   EXPECT_EQ(msgs[0]["value"], "v1");
-  EXPECT_TRUE(
-      is_error(as(k_worker, "POST", "/v1/consume",
-                  {{"topic", "other"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 1}}),
-               403, "PERMISSION_DENIED"));
+  EXPECT_TRUE(is_error(as(k_worker, "POST", "/v1/consume", consume_body("other", "g", "w", 1)), 403,
+                       "PERMISSION_DENIED"));
   // The DLQ of a covered topic is covered.
-  auto dlq = as(k_worker, "POST", "/v1/consume",
-                {{"topic", "dlq.orders"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 1}});
+  auto dlq = as(k_worker, "POST", "/v1/consume", consume_body("dlq.orders", "g", "w", 1));
   EXPECT_NE(dlq.status, 403u) << dlq.body;
-  const json ack_body = {{"topic", "orders"},
-                         {"group", "g"},
-                         {"owner", "w"},
-                         {"partition", msgs[0]["partition"]},
-                         {"offset", msgs[0]["offset"]}};
+  const json ack_body = delivery_body("orders", "g", "w", msgs[0]);
   EXPECT_TRUE(is_error(as(k_producer, "POST", "/v1/ack", ack_body), 403, "PERMISSION_DENIED"));
   EXPECT_EQ(as(k_worker, "POST", "/v1/ack", ack_body).status, 204u);
   EXPECT_EQ(as(k_worker, "GET", "/v1/keys?topic=orders&group=g&key=k").status, 200u);
@@ -182,8 +172,7 @@ TEST_F(auth, each_scope_and_topic_decides) {
   EXPECT_TRUE(is_error(as(k_scraper, "GET", "/v1/topics"), 403, "PERMISSION_DENIED"));
 
   // Nothing refused reached the core: "other" is still there and empty.
-  auto other = as(k_ops, "POST", "/v1/consume",
-                  {{"topic", "other"}, {"group", "g2"}, {"owner", "o"}, {"max_messages", 10}});
+  auto other = as(k_ops, "POST", "/v1/consume", consume_body("other", "g2", "o", 10));
   ASSERT_EQ(other.status, 200u);
   EXPECT_TRUE(other.ndjson().empty());
 }

@@ -62,12 +62,8 @@ TEST_F(bad_input, every_bad_request_is_answered_and_changes_nothing) {
 
   // ---- the bad requests ---------------------------------------------------
   const json ok_produce = {{"topic", "t"}, {"value", "x"}};
-  const json ok_consume = {{"topic", "t"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 1}};
-  const json ok_ack = {{"topic", "t"},
-                       {"group", "g"},
-                       {"owner", "o"},
-                       {"partition", leased.at("partition")},
-                       {"offset", leased.at("offset")}};
+  const json ok_consume = consume_body("t", "g", "o", 1);
+  const json ok_ack = delivery_body("t", "g", "o", leased);
   auto with = [](json base, const std::string& field, json value) {
     base[field] = std::move(value);
     return base.dump();
@@ -213,25 +209,15 @@ TEST_F(bad_input, every_bad_request_is_answered_and_changes_nothing) {
       // state conflicts
       {"topic with other settings", P, "/v1/topics", dump({{"name", "t"}, {"partitions", 3}}), 409,
        "ALREADY_EXISTS"},
-      {"ack never delivered", P, "/v1/ack",
-       dump({{"topic", "t"},
-             {"group", "g"},
-             {"owner", "o"},
-             {"partition", undelivered["partition"]},
-             {"offset", undelivered["offset"]}}),
-       409, "FAILED_PRECONDITION"},
+      {"ack never delivered", P, "/v1/ack", dump(delivery_body("t", "g", "o", undelivered)), 409,
+       "FAILED_PRECONDITION"},
       {"ack by intruder", P, "/v1/ack", with(ok_ack, "owner", "intruder"), 409,
        "FAILED_PRECONDITION"},
       {"nack by intruder", P, "/v1/nack", with(ok_ack, "owner", "intruder"), 409,
        "FAILED_PRECONDITION"},
       {"extend by intruder", P, "/v1/extend",
-       dump({{"topic", "t"},
-             {"group", "g"},
-             {"owner", "intruder"},
-             {"partition", leased["partition"]},
-             {"offset", leased["offset"]},
-             {"lease_ms", 1000}}),
-       409, "FAILED_PRECONDITION"},
+       dump(delivery_body("t", "g", "intruder", leased, {{"lease_ms", 1000}})), 409,
+       "FAILED_PRECONDITION"},
       {"ack with an old attempt", P, "/v1/ack", with(ok_ack, "attempts", 7), 409,
        "FAILED_PRECONDITION"},
       // unknown paths

@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "request_bodies.hpp"
+
 namespace onceq::itest {
 
 using json = nlohmann::json;
@@ -119,12 +121,7 @@ json cluster_api::produce_body(std::string_view topic, const std::string& id,
 
 json cluster_api::ack_body(std::string_view topic, std::string_view group, std::string_view owner,
                            const json& message, const json& result) {
-  json body = {{"topic", topic},
-               {"group", group},
-               {"owner", owner},
-               {"partition", message.at("partition")},
-               {"offset", message.at("offset")},
-               {"attempts", message.at("attempts")}};
+  json body = delivery_body(topic, group, owner, message, {{"attempts", message.at("attempts")}});
   if (!result.is_null()) body["result"] = result;
   return body;
 }
@@ -139,9 +136,8 @@ json cluster_api::ack_body(std::string_view topic, std::string_view group, std::
            << "create " << topic << ": " << (created ? created->body : "no answer");
   }
   if (group.empty()) return ::testing::AssertionSuccess();
-  auto consumed = send_retry(
-      all(), "POST", "/v1/consume",
-      {{"topic", topic}, {"group", group}, {"owner", "init"}, {"max_messages", 1}, {"wait_ms", 0}});
+  auto consumed = send_retry(all(), "POST", "/v1/consume",
+                             consume_body(topic, group, "init", 1, {{"wait_ms", 0}}));
   if (!consumed || consumed->status != 200) {
     return ::testing::AssertionFailure()
            << "first consume of " << topic << ": " << (consumed ? consumed->body : "no answer");

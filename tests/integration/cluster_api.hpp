@@ -20,8 +20,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_http.hpp"
 #include "cluster_support.hpp"
+#include "http_client.hpp"
 
 namespace onceq::itest {
 

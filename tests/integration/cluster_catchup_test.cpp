@@ -23,49 +23,26 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_api.hpp"
+#include "cluster_fixture.hpp"
 #include "cluster_support.hpp"
 
 namespace onceq::itest {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
 
 constexpr std::string_view k_topic = "cu";
-constexpr std::string_view k_group = "g";
 
-class cluster_catchup : public ::testing::Test {
+class cluster_catchup : public cluster_test {
  protected:
+  cluster_catchup() : cluster_test(k_topic) {}
+
   void SetUp() override {
-    ::signal(SIGPIPE, SIG_IGN);
     local_cluster::options o;
     o.members = free_loopback_members(3, 42);
     o.extra_args = {"--raft-snapshot-every", "64"};
-    cluster_ = std::make_unique<local_cluster>(std::move(o));
-    std::vector<cluster_member> members;
-    for (std::size_t i = 0; i < cluster_->size(); ++i) members.push_back(cluster_->member(i));
-    api_ = std::make_unique<cluster_api>(members, 3s, 5);
+    start_cluster(std::move(o), 5);
   }
-  void TearDown() override {
-    if (HasFailure() && cluster_) {
-      std::cerr << cluster_->log_tails() << "\n";
-      cluster_->keep_root();  // the nodes' full logs and data
-    }
-    api_.reset();
-    cluster_.reset();
-  }
-
-  // The topic's shard as node i reports it.
-  std::optional<cluster_shard_status> shard_at(int i) {
-    auto s = cluster_->status(static_cast<std::size_t>(i), 2s);
-    const auto* sh = s ? s->shard_of_topic(k_topic) : nullptr;
-    if (sh == nullptr) return std::nullopt;
-    return *sh;
-  }
-
-  std::unique_ptr<local_cluster> cluster_;
-  std::unique_ptr<cluster_api> api_;
 };
 
 TEST_F(cluster_catchup, follower_far_behind_catches_up_by_snapshot_and_then_carries_writes) {
@@ -156,16 +133,7 @@ TEST_F(cluster_catchup, follower_far_behind_catches_up_by_snapshot_and_then_carr
   EXPECT_EQ(new_leader, cluster_->member(F).id)
       << "only " << cluster_->member(F).id << " holds the last writes, so only it may lead";
 
-  std::vector<std::string> errors;
-  auto delivered = api_->drain({F, O}, k_topic, k_group, 60s, errors);
-  EXPECT_TRUE(api_->drained()) << "the group was not drained within 60 s";
-  for (const auto& e : errors) ADD_FAILURE() << e;
-  std::size_t missing = 0;
-  for (const auto& [id, ok] : answered) {
-    if (delivered[id] != 1) ++missing;
-    EXPECT_EQ(delivered[id], 1) << id << " delivered " << delivered[id] << " times";
-  }
-  EXPECT_EQ(missing, 0u);
+  auto delivered = drain_expecting_once({F, O}, k_topic, k_group, answered);
   std::cout << "catch-up: " << answered.size() << " answered writes, " << delivered.size()
             << " distinct messages delivered after the old leader's kill\n";
 }

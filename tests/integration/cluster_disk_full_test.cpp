@@ -26,57 +26,42 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_api.hpp"
+#include "cluster_fixture.hpp"
 #include "cluster_support.hpp"
+#include "tmpfs_mount.hpp"
 
 namespace onceq::itest {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
 
 constexpr std::string_view k_topic = "df";
-constexpr std::string_view k_group = "g";
 constexpr int k_full = 2;  // the member whose disk fills up
 
-class cluster_disk_full : public ::testing::Test {
+class cluster_disk_full : public cluster_test {
  protected:
+  cluster_disk_full() : cluster_test(k_topic) {}
+
   void SetUp() override {
-    ::signal(SIGPIPE, SIG_IGN);
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs as a node's data dir";
-    std::string tmpl = (fs::temp_directory_path() / "onceq-cl-diskfull-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    mnt_ = tmpl;
-    ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=96M"), 0) << std::strerror(errno);
-    mounted_ = true;
+    if (!tmpfs_mount::can_mount()) {
+      GTEST_SKIP() << "needs root to mount a small tmpfs as a node's data dir";
+    }
+    disk_ = std::make_unique<tmpfs_mount>("96M");
+    ASSERT_TRUE(disk_->mounted()) << disk_->error();
     local_cluster::options o;
     o.members = free_loopback_members(3, 99);
-    o.data_dirs = {"", "", mnt_ + "/data"};
-    cluster_ = std::make_unique<local_cluster>(std::move(o));
-    std::vector<cluster_member> members;
-    for (std::size_t i = 0; i < cluster_->size(); ++i) members.push_back(cluster_->member(i));
-    api_ = std::make_unique<cluster_api>(members, 3s, 9);
+    o.data_dirs = {"", "", disk_->path() + "/data"};
+    start_cluster(std::move(o), 9);
   }
 
   void TearDown() override {
-    if (HasFailure() && cluster_) {
-      std::cerr << cluster_->log_tails() << "\n";
-      cluster_->keep_root();  // the nodes' full logs and data
-    }
-    api_.reset();
-    cluster_.reset();  // the nodes stop before their disk goes
-    if (mounted_) {
-      EXPECT_EQ(::umount(mnt_.c_str()), 0) << std::strerror(errno);
-    }
-    if (!mnt_.empty()) {
-      std::error_code ec;
-      fs::remove_all(mnt_, ec);
-    }
+    cluster_test::TearDown();  // the nodes stop before their disk goes
+    disk_.reset();
   }
 
   // Writes a file into the tmpfs until it is full; its size.
   std::size_t fill() {
-    const std::string path = mnt_ + "/filler";
+    const std::string path = disk_->path() + "/filler";
     FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr) return 0;
     const std::string chunk(1 << 16, 'f');
@@ -90,21 +75,7 @@ class cluster_disk_full : public ::testing::Test {
     return total;
   }
 
-  std::optional<cluster_shard_status> shard_at(int i) {
-    auto s = cluster_->status(static_cast<std::size_t>(i), 2s);
-    if (!s) return std::nullopt;
-    const auto* sh = s->shard_of_topic(k_topic);
-    // A node that has not applied the topic's creation does not list it;
-    // with one shard (a cluster's default) it is that one.
-    if (sh == nullptr && s->shards.size() == 1) sh = &s->shards.front();
-    if (sh == nullptr) return std::nullopt;
-    return *sh;
-  }
-
-  std::string mnt_;
-  bool mounted_ = false;
-  std::unique_ptr<local_cluster> cluster_;
-  std::unique_ptr<cluster_api> api_;
+  std::unique_ptr<tmpfs_mount> disk_;
 };
 
 TEST_F(cluster_disk_full, follower_with_a_full_disk_does_not_stop_the_other_two) {
@@ -192,9 +163,8 @@ TEST_F(cluster_disk_full, follower_with_a_full_disk_does_not_stop_the_other_two)
   // stopped applying for good, group_status::failure) after a restart.
   // (The node's own raft log and RocksDB files filled the tmpfs further:
   // the space back is the filler gone and the tmpfs grown.)
-  fs::remove(mnt_ + "/filler");
-  ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", MS_REMOUNT, "size=512M"), 0)
-      << std::strerror(errno);
+  fs::remove(disk_->path() + "/filler");
+  ASSERT_TRUE(disk_->resize("512M")) << std::strerror(errno);
   auto catch_up = [&](std::chrono::milliseconds limit) -> std::optional<cluster_shard_status> {
     auto lead = shard_at(leader_index);
     if (!lead) return std::nullopt;
@@ -232,13 +202,7 @@ TEST_F(cluster_disk_full, follower_with_a_full_disk_does_not_stop_the_other_two)
               << ms_since(restarted) << " ms after its restart\n";
   }
 
-  std::vector<std::string> errors;
-  auto delivered = api_->drain(api_->all(), k_topic, k_group, 60s, errors);
-  EXPECT_TRUE(api_->drained());
-  for (const auto& e : errors) ADD_FAILURE() << e;
-  for (const auto& [id, ok] : answered) {
-    EXPECT_EQ(delivered[id], 1) << id << " delivered " << delivered[id] << " times";
-  }
+  drain_expecting_once(api_->all(), k_topic, k_group, answered);
 }
 
 }  // namespace

@@ -32,22 +32,20 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_api.hpp"
+#include "cluster_fixture.hpp"
 #include "cluster_netns.hpp"
 #include "cluster_support.hpp"
 
 namespace onceq::itest {
 namespace {
 
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-
 constexpr std::string_view k_topic = "part";
-constexpr std::string_view k_group = "g";
 
-class cluster_partition : public ::testing::Test {
+class cluster_partition : public cluster_test {
  protected:
+  cluster_partition() : cluster_test(k_topic) {}
+
   void SetUp() override {
-    ::signal(SIGPIPE, SIG_IGN);
     const std::string why = netns_lab::unavailable_reason();
     if (!why.empty()) GTEST_SKIP() << why;
     lab_ = std::make_unique<netns_lab>(3);
@@ -58,24 +56,12 @@ class cluster_partition : public ::testing::Test {
       o.command_prefixes.push_back(lab_->exec_prefix(i));
     }
     o.shards = 1;
-    cluster_ = std::make_unique<local_cluster>(std::move(o));
-    api_ = std::make_unique<cluster_api>(members(), 3s, 7);
+    start_cluster(std::move(o), 7);
   }
 
   void TearDown() override {
-    if (HasFailure() && cluster_) {
-      std::cerr << cluster_->log_tails() << "\n";
-      cluster_->keep_root();  // the nodes' full logs and data
-    }
-    api_.reset();
-    cluster_.reset();  // the nodes die before their namespaces go
+    cluster_test::TearDown();  // the nodes die before their namespaces go
     lab_.reset();
-  }
-
-  std::vector<cluster_member> members() const {
-    std::vector<cluster_member> out;
-    for (std::size_t i = 0; i < cluster_->size(); ++i) out.push_back(cluster_->member(i));
-    return out;
   }
 
   // The leader of the topic's shard as every node of `nodes` reports it
@@ -150,8 +136,6 @@ class cluster_partition : public ::testing::Test {
   }
 
   std::unique_ptr<netns_lab> lab_;
-  std::unique_ptr<local_cluster> cluster_;
-  std::unique_ptr<cluster_api> api_;
   std::map<std::string, int> delivered_;  // value (= dedup id) -> deliveries
 };
 
@@ -427,13 +411,7 @@ TEST_F(cluster_partition, cut_off_follower_answers_503_and_the_other_two_go_on) 
   std::cout << "partition: healed; the follower applied the leader's commit index " << target
             << " after " << ms_since(healed_at) << " ms\n";
 
-  std::vector<std::string> errors;
-  auto delivered = api_->drain(api_->all(), k_topic, k_group, 60s, errors);
-  EXPECT_TRUE(api_->drained());
-  for (const auto& e : errors) ADD_FAILURE() << e;
-  for (const auto& [id, key] : answered) {
-    EXPECT_EQ(delivered[id], 1) << id << " (answered 2xx) delivered " << delivered[id] << " times";
-  }
+  const auto delivered = drain_expecting_once(api_->all(), k_topic, k_group, answered);
   for (const auto& [id, n] : delivered) EXPECT_LE(n, 1) << id << " delivered " << n << " times";
 }
 

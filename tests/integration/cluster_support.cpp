@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cluster_http.hpp"
+#include "http_client.hpp"
 
 namespace onceq::itest {
 

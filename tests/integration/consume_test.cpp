@@ -79,14 +79,9 @@ TEST_F(consume_modes, closed_stream_takes_no_more_messages) {
 
 TEST_F(consume_modes, long_poll_returns_when_a_message_arrives) {
   create_topic("lp", 1);
-  auto waiter = std::async(std::launch::async, [p = port()] {
-    http_client c(p);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto res = c.post(
-        "/v1/consume",
-        {{"topic", "lp"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 5}, {"wait_ms", 5000}});
-    return std::make_pair(res, std::chrono::steady_clock::now() - t0);
-  });
+  auto waiter =
+      timed_post_async([p = port()] { return std::make_unique<http_client>(p); }, "/v1/consume",
+                       consume_body("lp", "g", "w", 5, {{"wait_ms", 5000}}));
   std::this_thread::sleep_for(200ms);
   produce("lp", "hello");
   ASSERT_EQ(waiter.wait_for(10s), std::future_status::ready);
@@ -101,15 +96,12 @@ TEST_F(consume_modes, long_poll_returns_when_a_message_arrives) {
 
 TEST_F(consume_modes, long_poll_times_out_empty) {
   create_topic("empty", 1);
-  auto res = client().post(
-      "/v1/consume", {{"topic", "empty"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 1}});
+  auto res = client().post("/v1/consume", consume_body("empty", "g", "o", 1));
   ASSERT_EQ(res.status, 200u);
   EXPECT_TRUE(res.body.empty()) << res.body;
 
   const auto t0 = std::chrono::steady_clock::now();
-  res = client().post(
-      "/v1/consume",
-      {{"topic", "empty"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 1}, {"wait_ms", 300}});
+  res = client().post("/v1/consume", consume_body("empty", "g", "o", 1, {{"wait_ms", 300}}));
   const auto elapsed = std::chrono::steady_clock::now() - t0;
   ASSERT_EQ(res.status, 200u);
   EXPECT_TRUE(res.body.empty()) << res.body;

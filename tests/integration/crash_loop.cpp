@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -214,17 +215,43 @@ bool retryable(unsigned status) {
   return status == 429 || status == 503;
 }
 
-// ---- producers ----------------------------------------------------------
-
-class producer {
+// What a producer and a consumer thread share: its index, the topic it
+// works on, its random source, its connection, the history it records and
+// the unexpected answers it saw.
+class worker {
  public:
-  producer(int index, const config& cfg, shared_state& s)
+  history take() { return std::move(h_); }
+  unexpected_log& unexpected() { return unexpected_; }
+  const connection& conn() const { return conn_; }
+
+ protected:
+  // salt: 100 for producers, 200 for consumers; the connection's seed is
+  // salt + 200.
+  worker(int index, const config& cfg, shared_state& s, std::uint64_t salt)
       : index_(index),
         topic_(index % cfg.topics),
         cfg_(cfg),
         s_(s),
-        rng_(cfg.seed * 7919 + 100 + index),
-        conn_(s, cfg.seed * 7919 + 300 + index) {}
+        rng_(cfg.seed * 7919 + salt + index),
+        conn_(s, cfg.seed * 7919 + salt + 200 + index) {}
+
+  int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
+
+  int index_;
+  int topic_;
+  const config& cfg_;
+  shared_state& s_;
+  std::mt19937_64 rng_;
+  connection conn_;
+  history h_;
+  unexpected_log unexpected_;
+};
+
+// ---- producers ----------------------------------------------------------
+
+class producer : public worker {
+ public:
+  producer(int index, const config& cfg, shared_state& s) : worker(index, cfg, s, 100) {}
 
   void run() {
     // Each key gets two messages; the second is sometimes sent right away,
@@ -248,14 +275,9 @@ class producer {
     for (const auto& key : pending_b) produce_one(key, key + ".b");
   }
 
-  history take() { return std::move(h_); }
-  unexpected_log& unexpected() { return unexpected_; }
-  const connection& conn() const { return conn_; }
   millis longest_wait_ms() const { return longest_wait_ms_; }
 
  private:
-  int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
-
   static json message(const std::string& key, const std::string& id) {
     // The value is the dedup id, so that a delivery names its produce. The
     // message key spreads the two messages of one idempotency key over
@@ -319,28 +341,14 @@ class producer {
     return static_cast<std::uint32_t>(topic_) * k_partition_stride + p;
   }
 
-  int index_;
-  int topic_;
-  const config& cfg_;
-  shared_state& s_;
-  std::mt19937_64 rng_;
-  connection conn_;
-  history h_;
-  unexpected_log unexpected_;
   millis longest_wait_ms_ = 0;  // first attempt to 200, over every answered produce
 };
 
 // ---- consumers ----------------------------------------------------------
 
-class consumer {
+class consumer : public worker {
  public:
-  consumer(int index, const config& cfg, shared_state& s)
-      : index_(index),
-        topic_(index % cfg.topics),
-        cfg_(cfg),
-        rng_(cfg.seed * 7919 + 200 + index),
-        s_(s),
-        conn_(s, cfg.seed * 7919 + 400 + index) {}
+  consumer(int index, const config& cfg, shared_state& s) : worker(index, cfg, s, 200) {}
 
   void run() {
     while (!s_.stop_consuming.load()) {
@@ -378,12 +386,7 @@ class consumer {
     }
   }
 
-  history take() { return std::move(h_); }
-  unexpected_log& unexpected() { return unexpected_; }
-  const connection& conn() const { return conn_; }
-
  private:
-  int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
   std::string owner() const { return numbered(numbered("c", index_) + ".", incarnation_); }
 
   void settle_all(const std::vector<delivery_record>& got, bool final_phase,
@@ -494,16 +497,8 @@ class consumer {
     }
   }
 
-  int index_;
-  int topic_;
-  const config& cfg_;
-  std::mt19937_64 rng_;
-  shared_state& s_;
-  connection conn_;
   int incarnation_ = 0;
   std::size_t crashes_ = 0;
-  history h_;
-  unexpected_log unexpected_;
 
  public:
   std::size_t crashes() const { return crashes_; }
@@ -515,57 +510,53 @@ std::optional<config> parse_args(int argc, char** argv) {
   config c;
   bool kill_min_set = false;
   bool kill_max_set = false;
+  struct int_flag {
+    std::string_view name;
+    std::string_view unit;
+    int* to;
+    bool* set = nullptr;
+  };
+  const int_flag int_flags[] = {
+      {"--kills", "N", &c.kills},
+      {"--duration-limit", "SEC", &c.duration_limit_s},
+      {"--producers", "N", &c.producers},
+      {"--consumers", "N", &c.consumers},
+      {"--kill-min-ms", "MS", &c.kill_min_ms, &kill_min_set},
+      {"--kill-max-ms", "MS", &c.kill_max_ms, &kill_max_set},
+      {"--produce-pause-ms", "MS", &c.produce_pause_ms},
+      {"--drain-limit", "SEC", &c.drain_limit_s},
+      {"--rollback-at-kill", "K", &c.rollback_at_kill},
+      {"--shards", "N", &c.shards},
+      {"--topics", "N", &c.topics},
+      {"--cluster", "NODES", &c.cluster},
+      {"--leader-percent", "P", &c.leader_percent},
+      {"--down-max-ms", "MS", &c.down_max_ms},
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
       return argv[++i];
     };
-    if (a == "--kills") {
-      c.kills = std::stoi(value());
-    } else if (a == "--seed") {
+    if (a == "--seed") {
       c.seed = std::stoull(value());
-    } else if (a == "--data-dir") {
-      c.data_dir = value();
-    } else if (a == "--onceqd") {
-      c.onceqd = value();
-    } else if (a == "--duration-limit") {
-      c.duration_limit_s = std::stoi(value());
-    } else if (a == "--producers") {
-      c.producers = std::stoi(value());
-    } else if (a == "--consumers") {
-      c.consumers = std::stoi(value());
-    } else if (a == "--kill-min-ms") {
-      c.kill_min_ms = std::stoi(value());
-      kill_min_set = true;
-    } else if (a == "--kill-max-ms") {
-      c.kill_max_ms = std::stoi(value());
-      kill_max_set = true;
-    } else if (a == "--produce-pause-ms") {
-      c.produce_pause_ms = std::stoi(value());
-    } else if (a == "--drain-limit") {
-      c.drain_limit_s = std::stoi(value());
-    } else if (a == "--rollback-at-kill") {
-      c.rollback_at_kill = std::stoi(value());
-    } else if (a == "--shards") {
-      c.shards = std::stoi(value());
-    } else if (a == "--topics") {
-      c.topics = std::stoi(value());
-    } else if (a == "--cluster") {
-      c.cluster = std::stoi(value());
-    } else if (a == "--leader-percent") {
-      c.leader_percent = std::stoi(value());
-    } else if (a == "--down-max-ms") {
-      c.down_max_ms = std::stoi(value());
-    } else {
+      continue;
+    }
+    if (a == "--data-dir" || a == "--onceqd") {
+      (a == "--data-dir" ? c.data_dir : c.onceqd) = value();
+      continue;
+    }
+    const auto* flag = std::find_if(std::begin(int_flags), std::end(int_flags),
+                                    [&](const int_flag& f) { return f.name == a; });
+    if (flag == std::end(int_flags)) {
       std::cerr << "crash_loop: unknown flag " << a
-                << "\nflags: --kills N --seed S --data-dir DIR --onceqd PATH --duration-limit SEC"
-                   " --producers N --consumers N --kill-min-ms MS --kill-max-ms MS"
-                   " --produce-pause-ms MS --drain-limit SEC --rollback-at-kill K"
-                   " --shards N --topics N --cluster NODES --leader-percent P"
-                   " --down-max-ms MS\n";
+                << "\nflags: --seed S --data-dir DIR --onceqd PATH";
+      for (const auto& f : int_flags) std::cerr << " " << f.name << " " << f.unit;
+      std::cerr << "\n";
       return std::nullopt;
     }
+    *flag->to = std::stoi(value());
+    if (flag->set != nullptr) *flag->set = true;
   }
   if (c.cluster > 0) {
     if (!kill_min_set) c.kill_min_ms = 500;

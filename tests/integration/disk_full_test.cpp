@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "test_support.hpp"
+#include "tmpfs_mount.hpp"
 
 namespace onceq::itest {
 namespace {
@@ -27,33 +28,23 @@ namespace fs = std::filesystem;
 class disk_full_test : public onceq_test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) {
+    if (!tmpfs_mount::can_mount()) {
       GTEST_SKIP() << "needs root to mount a small tmpfs as the data dir (run as root, e.g. in "
                       "the dev container)";
     }
-    std::string tmpl = (fs::temp_directory_path() / "onceq-diskfull-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    mnt_ = tmpl;
-    ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=40M"), 0) << std::strerror(errno);
-    mounted_ = true;
+    disk_ = std::make_unique<tmpfs_mount>("40M");
+    ASSERT_TRUE(disk_->mounted()) << disk_->error();
     server_process::options o;
-    o.extra_args = {"--data-dir", mnt_ + "/data"};  // the last --data-dir wins
+    o.extra_args = {"--data-dir", disk_->path() + "/data"};  // the last --data-dir wins
     start_server(std::move(o));
   }
   void TearDown() override {
     client_.reset();
     server_.reset();  // stops onceqd before its disk goes
-    if (mounted_) {
-      EXPECT_EQ(::umount(mnt_.c_str()), 0) << std::strerror(errno);
-    }
-    if (!mnt_.empty()) {
-      std::error_code ec;
-      fs::remove_all(mnt_, ec);
-    }
+    disk_.reset();
   }
 
-  std::string mnt_;
-  bool mounted_ = false;
+  std::unique_ptr<tmpfs_mount> disk_;
 };
 
 TEST_F(disk_full_test, writes_answer_503_until_space_is_back_then_recover_by_themselves) {
@@ -122,8 +113,7 @@ TEST_F(disk_full_test, writes_answer_503_until_space_is_back_then_recover_by_the
   auto key = client().get("/v1/keys?topic=t&group=g&key=k1");
   EXPECT_TRUE(durable_read_ok(key)) << key.body;
 
-  ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", MS_REMOUNT, "size=300M"), 0)
-      << std::strerror(errno);
+  ASSERT_TRUE(disk_->resize("300M")) << std::strerror(errno);
   const auto grown = std::chrono::steady_clock::now();
   unsigned last = 0;
   while (std::chrono::steady_clock::now() - grown < 20s) {

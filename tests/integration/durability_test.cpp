@@ -85,11 +85,7 @@ TEST_F(durability, kill9_under_load_loses_nothing_answered) {
             std::lock_guard lock(mu);
             delivered.insert(pos_of(m));
           }
-          auto a = c.post("/v1/ack", {{"topic", "load"},
-                                      {"group", "g"},
-                                      {"owner", "c1"},
-                                      {"partition", m.at("partition")},
-                                      {"offset", m.at("offset")}});
+          auto a = c.post("/v1/ack", delivery_body("load", "g", "c1", m));
           if (a.status != 204) break;
           std::lock_guard lock(mu);
           acked.insert(pos_of(m));
@@ -204,13 +200,8 @@ TEST_F(durability, keys_and_attempts_survive_kill9) {
   ASSERT_EQ(msgs.size(), 2u);
   ASSERT_EQ(ack("k", "g", "w", msgs[0], json{{"done", 1}}).status, 204u);
   // Nack "b" (attempts 1, last_error "x") so that its next delivery is attempt 2.
-  auto res = client().post("/v1/nack", {{"topic", "k"},
-                                        {"group", "g"},
-                                        {"owner", "w"},
-                                        {"partition", msgs[1]["partition"]},
-                                        {"offset", msgs[1]["offset"]},
-                                        {"reason", "x"},
-                                        {"delay_ms", 0}});
+  auto res = client().post(
+      "/v1/nack", delivery_body("k", "g", "w", msgs[1], {{"reason", "x"}, {"delay_ms", 0}}));
   ASSERT_EQ(res.status, 204u) << res.body;
 
   // A produce with a dedup id, answered before the kill.

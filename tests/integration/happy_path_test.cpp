@@ -123,21 +123,19 @@ TEST_F(happy_path, produce_consume_ack_stats) {
   auto info = topic_info("orders");
   EXPECT_EQ(info.at("name"), "orders");
   EXPECT_EQ(info.at("partitions"), 2);
-  const auto& settings = info.at("settings");
-  EXPECT_EQ(settings.at("lease_ms"), 30000);
-  EXPECT_EQ(settings.at("max_attempts"), 0);
-  EXPECT_EQ(settings.at("backoff_ms"), 0);
-  EXPECT_EQ(settings.at("max_backoff_ms"), 0);
-  EXPECT_EQ(settings.at("key_ttl_ms"), 604800000);
-  EXPECT_EQ(settings.at("dedup_window_ms"), 120000);
-  EXPECT_EQ(settings.at("retention_ms"), 604800000);
-  const auto& g1 = info.at("groups").at("g1");
-  EXPECT_EQ(g1.at("backlog"), 0);
-  EXPECT_EQ(g1.at("inflight"), 2);
-  EXPECT_EQ(g1.at("acked"), 2);
-  EXPECT_EQ(g1.at("auto_acked"), 0);
-  EXPECT_EQ(g1.at("redelivered"), 0);
-  EXPECT_EQ(g1.at("dead_lettered"), 0);
+  expect_fields(info.at("settings"), {{"lease_ms", 30000},
+                                      {"max_attempts", 0},
+                                      {"backoff_ms", 0},
+                                      {"max_backoff_ms", 0},
+                                      {"key_ttl_ms", 604800000},
+                                      {"dedup_window_ms", 120000},
+                                      {"retention_ms", 604800000}});
+  expect_fields(info.at("groups").at("g1"), {{"backlog", 0},
+                                             {"inflight", 2},
+                                             {"acked", 2},
+                                             {"auto_acked", 0},
+                                             {"redelivered", 0},
+                                             {"dead_lettered", 0}});
   EXPECT_EQ(info.at("groups").at("g2").at("inflight"), 4);
 
   // A group that never consumed sees the whole backlog once it does.
@@ -186,8 +184,7 @@ TEST_F(happy_path, topic_lease_is_the_consumers_default) {
   auto res = client().post("/v1/topics", {{"name", "long"}, {"lease_ms", 7'200'000}});
   if (res.status == 201) {
     produce("long", "y");
-    res = client().post("/v1/consume",
-                        {{"topic", "long"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 1}});
+    res = client().post("/v1/consume", consume_body("long", "g", "o", 1));
     EXPECT_EQ(res.status, 200u) << "topic lease_ms 7200000 was accepted but consume without "
                                    "lease_ms fails: "
                                 << res.body;

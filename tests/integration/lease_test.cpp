@@ -45,12 +45,8 @@ TEST_F(lease, expired_lease_redelivers_with_attempts_and_last_error) {
 
   // alice lost the delivery to bob: her ack and extend are refused.
   EXPECT_TRUE(is_error(ack("work", "g", "alice", first[0]), 409, "FAILED_PRECONDITION"));
-  auto res = client().post("/v1/extend", {{"topic", "work"},
-                                          {"group", "g"},
-                                          {"owner", "alice"},
-                                          {"partition", 0},
-                                          {"offset", produced.at("offset")},
-                                          {"lease_ms", 1000}});
+  auto res = client().post("/v1/extend",
+                           delivery_body("work", "g", "alice", first[0], {{"lease_ms", 1000}}));
   EXPECT_TRUE(is_error(res, 409, "FAILED_PRECONDITION"));
   // bob holds it now; the key follows the delivery.
   res = client().get("/v1/keys?topic=work&group=g&key=job-1");
@@ -78,15 +74,11 @@ TEST_F(lease, late_ack_is_accepted_when_nobody_else_got_it) {
 
 TEST_F(lease, extend_keeps_the_delivery) {
   create_topic("ext", 1);
-  auto produced = produce("ext", "x");
+  produce("ext", "x");
   auto msgs = consume("ext", "g", "alice", 10, 300);
   ASSERT_EQ(msgs.size(), 1u);
-  auto res = client().post("/v1/extend", {{"topic", "ext"},
-                                          {"group", "g"},
-                                          {"owner", "alice"},
-                                          {"partition", 0},
-                                          {"offset", produced.at("offset")},
-                                          {"lease_ms", 5000}});
+  auto res = client().post("/v1/extend",
+                           delivery_body("ext", "g", "alice", msgs[0], {{"lease_ms", 5000}}));
   ASSERT_EQ(res.status, 200u) << res.body;
   const auto new_deadline = res.json().at("lease_expires_at_ms").get<std::int64_t>();
   EXPECT_GE(new_deadline, now_ms() + 4000);
@@ -97,14 +89,10 @@ TEST_F(lease, extend_keeps_the_delivery) {
 
 TEST_F(lease, nack_backs_off) {
   create_topic("bo", 1, {{"backoff_ms", 300}});
-  auto produced = produce("bo", "x");
+  produce("bo", "x");
   auto msgs = consume("bo", "g", "alice", 10);
   ASSERT_EQ(msgs.size(), 1u);
-  json nack = {{"topic", "bo"},
-               {"group", "g"},
-               {"owner", "alice"},
-               {"partition", 0},
-               {"offset", produced.at("offset")}};
+  json nack = delivery_body("bo", "g", "alice", msgs[0]);
   const auto t0 = now_ms();
   ASSERT_EQ(client().post("/v1/nack", nack).status, 204u);
   // Policy backoff: 300 * 2^(1-1) = 300 ms.
@@ -128,12 +116,7 @@ TEST_F(lease, nack_redelivers_with_reason_and_dead_letters_at_max_attempts) {
   auto produced = produce("nk", "poison");
   auto msgs = consume("nk", "g", "alice", 10);
   ASSERT_EQ(msgs.size(), 1u);
-  json nack = {{"topic", "nk"},
-               {"group", "g"},
-               {"owner", "alice"},
-               {"partition", 0},
-               {"offset", produced.at("offset")},
-               {"reason", "boom"}};
+  json nack = delivery_body("nk", "g", "alice", msgs[0], {{"reason", "boom"}});
   auto res = client().post("/v1/nack", nack);
   ASSERT_EQ(res.status, 204u) << res.body;
   msgs = consume("nk", "g", "alice", 10, std::nullopt, 1000);

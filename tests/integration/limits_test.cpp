@@ -206,9 +206,7 @@ TEST_F(backlog_caps, a_produce_past_the_cap_gets_429_with_retry_after_and_stores
   auto topic = client().get("/v1/topics/capped");
   ASSERT_EQ(topic.status, 200u);
   EXPECT_EQ(topic.json()["settings"]["max_backlog_messages"], 3);
-  auto got = client().post(
-      "/v1/consume",
-      json{{"topic", "capped"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 10}});
+  auto got = client().post("/v1/consume", consume_body("capped", "g", "w", 10));
   ASSERT_EQ(got.status, 200u) << got.body;
   // NDJSON: one line per message.
   EXPECT_EQ(std::count(got.body.begin(), got.body.end(), '\n'), 2) << "the batch was refused whole";

@@ -30,12 +30,7 @@ class replay : public onceq_test {
     ASSERT_EQ(got.size(), 80u);
     for (int i = 0; i < 60; ++i) ASSERT_EQ(ack("r", "g", "w", got[i], json{{"i", i}}).status, 204u);
     for (int i = 60; i < 80; ++i) {
-      json nack = {{"topic", "r"},
-                   {"group", "g"},
-                   {"owner", "w"},
-                   {"partition", 0},
-                   {"offset", got[i]["offset"]},
-                   {"reason", "bug"}};
+      json nack = delivery_body("r", "g", "w", got[i], {{"reason", "bug"}});
       if (i >= 70) nack["delay_ms"] = 600'000;
       ASSERT_EQ(client().post("/v1/nack", nack).status, 204u);
     }

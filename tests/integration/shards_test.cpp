@@ -89,12 +89,8 @@ TEST_F(shards, a_dead_letter_lands_beside_its_topic) {
   produce("second", "poison");
   auto got = consume("second", "g", "o", 1);
   ASSERT_EQ(got.size(), 1u);
-  auto nacked = client().post("/v1/nack", {{"topic", "second"},
-                                           {"group", "g"},
-                                           {"owner", "o"},
-                                           {"partition", got[0].at("partition")},
-                                           {"offset", got[0].at("offset")},
-                                           {"reason", "bad"}});
+  auto nacked =
+      client().post("/v1/nack", delivery_body("second", "g", "o", got[0], {{"reason", "bad"}}));
   ASSERT_EQ(nacked.status, 204u) << nacked.body;
   auto dead = consume("dlq.second", "ops", "o", 10);
   ASSERT_EQ(dead.size(), 1u);

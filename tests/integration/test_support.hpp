@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "cluster_support.hpp"
 #include "http_client.hpp"
+#include "request_bodies.hpp"
 #include "server_process.hpp"
 
 namespace onceq::itest {
@@ -42,22 +44,7 @@ inline std::string numbered(std::string_view prefix, long long n) {
   return out;
 }
 
-// Percent-encodes a query parameter value.
-inline std::string url_encode(std::string_view s) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
+using client::url_encode;
 
 // Checks the spec's error shape: status, {"error":code,"message":str} and an
 // X-Request-Id header.
@@ -85,6 +72,13 @@ inline ::testing::AssertionResult is_error(const http_response& res, unsigned st
   return ::testing::AssertionSuccess();
 }
 
+// Expects every field of want in object, with want's value.
+inline void expect_fields(const json& object, const json& want) {
+  for (const auto& [name, value] : want.items()) {
+    EXPECT_EQ(object.value(name, json()), value) << "field " << name << " of " << object.dump();
+  }
+}
+
 // The value of a series in GET /metrics (labels included in name, e.g.
 // onceq_shard_topics{shard="0"}), or -1 if absent.
 inline double metric(http_client& c, std::string_view name) {
@@ -99,6 +93,20 @@ inline double metric(http_client& c, std::string_view name) {
     pos = end + 1;
   }
   return -1;
+}
+
+// POSTs body to target on a thread of its own, through the client that
+// make_client() returns there (a std::unique_ptr<http_client>): the answer
+// and how long it took (a long poll).
+template <class MakeClient>
+auto timed_post_async(MakeClient make_client, std::string target, json body) {
+  return std::async(std::launch::async, [make_client = std::move(make_client),
+                                         target = std::move(target), body = std::move(body)] {
+    auto c = make_client();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = c->post(target, body);
+    return std::make_pair(res, std::chrono::steady_clock::now() - t0);
+  });
 }
 
 class onceq_test : public ::testing::Test {
@@ -172,11 +180,7 @@ class onceq_test : public ::testing::Test {
                             const std::string& owner, int max_messages,
                             std::optional<std::int64_t> lease_ms = std::nullopt,
                             std::int64_t wait_ms = 0) {
-    json body = {{"topic", topic},
-                 {"group", group},
-                 {"owner", owner},
-                 {"max_messages", max_messages},
-                 {"wait_ms", wait_ms}};
+    json body = consume_body(topic, group, owner, max_messages, {{"wait_ms", wait_ms}});
     if (lease_ms) body["lease_ms"] = *lease_ms;
     auto res = c.post("/v1/consume", body);
     EXPECT_EQ(res.status, 200u) << res.body;
@@ -193,13 +197,8 @@ class onceq_test : public ::testing::Test {
   http_response ack(http_client& c, const std::string& topic, const std::string& group,
                     const std::string& owner, const json& msg,
                     std::optional<json> result = std::nullopt) {
-    json body = {{"topic", topic},
-                 {"group", group},
-                 {"owner", owner},
-                 {"partition", msg.at("partition")},
-                 {"offset", msg.at("offset")}};
-    if (result) body["result"] = *result;
-    return c.post("/v1/ack", body);
+    return c.post("/v1/ack", delivery_body(topic, group, owner, msg,
+                                           result ? json{{"result", *result}} : json::object()));
   }
   http_response ack(const std::string& topic, const std::string& group, const std::string& owner,
                     const json& msg, std::optional<json> result = std::nullopt) {

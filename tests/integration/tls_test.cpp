@@ -117,14 +117,9 @@ TEST_F(tls, keep_alive_serves_many_requests_on_one_connection) {
 
 TEST_F(tls, long_poll_waits_and_answers_over_tls) {
   create_topic("lp", 1);
-  auto waiting = std::async(std::launch::async, [&] {
-    http_client c(port(), verified());
-    const auto t0 = std::chrono::steady_clock::now();
-    auto res = c.post(
-        "/v1/consume",
-        {{"topic", "lp"}, {"group", "g"}, {"owner", "w"}, {"max_messages", 1}, {"wait_ms", 10000}});
-    return std::make_pair(res, std::chrono::steady_clock::now() - t0);
-  });
+  auto waiting =
+      timed_post_async([&] { return std::make_unique<http_client>(port(), verified()); },
+                       "/v1/consume", consume_body("lp", "g", "w", 1, {{"wait_ms", 10000}}));
   std::this_thread::sleep_for(300ms);
   produce("lp", "late");
   auto [res, waited] = waiting.get();

@@ -106,12 +106,8 @@ class ui : public onceq_test {
     produce("payments", "card-declined");
     auto pay = consume("payments", "ledger", "worker-2", 1, 60'000);
     ASSERT_EQ(pay.size(), 1u);
-    auto res = client().post("/v1/nack", {{"topic", "payments"},
-                                          {"group", "ledger"},
-                                          {"owner", "worker-2"},
-                                          {"partition", pay[0].at("partition")},
-                                          {"offset", pay[0].at("offset")},
-                                          {"reason", "card declined"}});
+    auto res = client().post("/v1/nack", delivery_body("payments", "ledger", "worker-2", pay[0],
+                                                       {{"reason", "card declined"}}));
     ASSERT_EQ(res.status, 204u) << res.body;
   }
 
