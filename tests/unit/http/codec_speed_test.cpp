@@ -12,37 +12,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/json_samples.hpp"
 #include "http/codec.hpp"
 
 namespace onceq::http {
 namespace {
 
 using json = nlohmann::json;
-constexpr int k_messages = 100;
-
-// A realistic batched produce: 256-byte values, envelopes with
-// idempotency_key and msg_id.
-std::string produce_body() {
-  std::string body = R"({"topic":"bench","messages":[)";
-  for (int i = 0; i < k_messages; ++i) {
-    if (i > 0) body += ',';
-    std::string value(256, 'v');
-    for (std::size_t k = 0; k < value.size(); k += 7) value[k] = static_cast<char>('a' + k % 26);
-    body += fmt::format(
-        R"({{"key":"key-{}","value":"{}","envelope":{{"idempotency_key":"order-{:08}","msg_id":"m-7f3a9c-{}"}}}})",
-        i % 16, value, i, i);
-  }
-  return body + "]}";
-}
-
-std::string ack_body() {
-  std::string body = R"({"topic":"bench","group":"workers","owner":"w-1","acks":[)";
-  for (int i = 0; i < k_messages; ++i) {
-    if (i > 0) body += ',';
-    body += fmt::format(R"({{"partition":{},"offset":{},"attempts":1}})", i % 4, 1'000'000 + i);
-  }
-  return body + "]}";
-}
+constexpr int k_messages = bench::k_sample_messages;
 
 // What parse_produce + to_json did on nlohmann::json, in the same steps.
 std::size_t nlohmann_produce(const std::string& body) {
@@ -144,8 +121,8 @@ double ns_per_message(Fn fn, const std::string& body) {
 }
 
 TEST(CodecSpeed, DISABLED_ParseSpeedProduceAndAck) {
-  const std::string produce = produce_body();
-  const std::string ack = ack_body();
+  const std::string produce = bench::sample_produce_body();
+  const std::string ack = bench::sample_ack_body();
   // Both paths read the same bodies the same way.
   ASSERT_TRUE(parse_produce(*read_params(produce, ""), "").ok());
   ASSERT_TRUE(parse_ack(*read_params(ack, "")).ok());
