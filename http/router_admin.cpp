@@ -11,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "broker/validation.hpp"
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
 #include "http/error_table.hpp"
