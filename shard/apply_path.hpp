@@ -70,8 +70,9 @@ class apply_path {
   // ran out, the state as it is is the answer.
   virtual void check_key(std::shared_ptr<key_waiter> w, bool first, bool last) = 0;
 
-  // Loop: fn runs once what was written so far (and so what a read on the
-  // loop showed) is durable.
+  // fn runs once what was written so far (and so what a read showed) is
+  // durable. Called on the loop, or (replicated: durable already, fn runs
+  // at once) on the log's thread by a read's answer.
   virtual void after_durable(durable_fn fn) = 0;
   // Loop, at the end of each iteration, before the waiters' deadlines: the
   // path's own timers and wake-ups.
