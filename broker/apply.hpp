@@ -9,18 +9,19 @@
 // entry stamped earlier than the last (a new leader whose clock is behind)
 // runs at the last reading.
 //
-// A consume is applied as the broker's own consume(): it leases what is
-// ready now. Waiting for messages (long-poll) is the leader's business
-// before it proposes, not the log's.
+// Each command runs through its row of the command table
+// (broker/dispatch.hpp), the same row a single node's shard runs; the
+// answer is its log_reply. A consume is applied as the broker's own
+// consume(): it leases what is ready now. Waiting for messages (long-poll)
+// is the shard's business (shard/replicated_path.hpp), not the log's.
 //
 // Thread safety: as broker (one thread).
 
 #include <cstdint>
 #include <optional>
-#include <variant>
-#include <vector>
 
 #include "broker/broker.hpp"
+#include "broker/dispatch.hpp"
 #include "broker/log_entry.hpp"
 #include "storage/applied_index_store.hpp"
 
@@ -40,22 +41,6 @@ class log_clock final : public clock {
  private:
   millis now_;
 };
-
-// What an entry answers, by command.
-struct consume_after_acks_reply {  // the acks' outcomes, then the deliveries
-  std::vector<ack_outcome> acks;
-  std::vector<delivery> deliveries;
-};
-struct lease_extended {
-  millis lease_expires_at_ms = 0;
-};
-struct redriven {
-  std::int64_t moved = 0;
-};
-using log_reply =
-    std::variant<std::monostate,  // tick, delete_topic, ack, nack
-                 topic_created, produce_reply, std::vector<delivery>, consume_after_acks_reply,
-                 std::vector<ack_outcome>, lease_extended, redriven, replay_reply>;
 
 // Runs e on b at e.now_ms (through time, which must be b's clock). The
 // command's own error is the answer, as from the broker's call; every

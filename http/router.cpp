@@ -13,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/log.hpp"
 #include "broker/validation.hpp"
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
@@ -23,7 +24,6 @@
 #include "http/request_id.hpp"
 #include "http/router_internal.hpp"
 #include "http/shard_ops.hpp"
-#include "base/log.hpp"
 
 namespace onceq::http {
 
@@ -358,7 +358,7 @@ void router::spawned(pending_ptr p) {
 // ---- the common shape of a topic command -----------------------------------
 
 // read the parameters -> parse them into a command -> may the token use
-// its topic? -> submit it to the topic's shard (shard/commands.hpp says
+// its topic? -> submit it to the topic's shard (broker/dispatch.hpp says
 // what it answers) -> render the answer. Route supplies parse, topic and
 // render (the *_route structs below); the routes with a shape of their own
 // (produce's batch answers, consume's long-poll and stream, ack's
@@ -371,7 +371,7 @@ asio::awaitable<reply> router::topic_command(call& c) {
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
   const std::string topic = Route::topic(*cmd);
   if (auto denied = deny_topic(c, topic)) co_return error_reply(*denied, c);
-  using answer = typename command<std::decay_t<decltype(*cmd)>>::reply;
+  using answer = typename command_traits<std::decay_t<decltype(*cmd)>>::reply;
   auto r_op = async_submit(route(c, topic), std::move(*cmd), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
@@ -393,8 +393,8 @@ struct nack_route {
 struct extend_route {
   static result<extend_cmd> parse(const params& p) { return parse_extend(p); }
   static const std::string& topic(const extend_cmd& c) { return c.ref.topic; }
-  static reply render(millis expires) {
-    return json_reply(status::ok, {{"lease_expires_at_ms", expires}});
+  static reply render(const lease_extended& e) {
+    return json_reply(status::ok, {{"lease_expires_at_ms", e.lease_expires_at_ms}});
   }
 };
 
@@ -407,7 +407,7 @@ struct key_history_route {
 struct redrive_route {
   static result<redrive_cmd> parse(const params& p) { return parse_redrive(p); }
   static const std::string& topic(const redrive_cmd& c) { return c.topic; }
-  static reply render(std::int64_t moved) { return json_reply(status::ok, {{"moved", moved}}); }
+  static reply render(const redriven& r) { return json_reply(status::ok, {{"moved", r.moved}}); }
 };
 
 struct replay_route {

@@ -1,6 +1,7 @@
 // The router's administration and operations routes: topics (create,
 // list, get, delete), health, version, metrics, the UI and the OpenAPI
-// document. Dispatch and the message routes are in router.cpp.
+// document. Dispatch is in router.cpp, the message routes in
+// router_messages.cpp.
 
 #include <string>
 #include <utility>
@@ -10,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "broker/validation.hpp"
 #include "http/codec.hpp"
 #include "http/embedded.hpp"
 #include "http/error_table.hpp"
@@ -68,25 +68,15 @@ asio::awaitable<reply> router::create_topic(call& c) {
   auto cmd = parse_create_topic(*p, opts_.topic_defaults);
   if (!cmd.ok()) co_return error_reply(cmd.err(), c);
   if (auto denied = deny_topic(c, cmd->name)) co_return error_reply(*denied, c);
-  // The topic's shard, chosen now if it is new; the create settles the
-  // placement on that shard's loop, so that creates and deletes of one
-  // name are ordered there.
+  // The topic's shard, chosen now if it is new (a single node: the one
+  // with the fewest topics; a cluster: its name's); the shard's create
+  // settles the placement on its loop (shard::on_topic_change), so that
+  // creates and deletes of one name are ordered there.
   shard& owner = shards_.place(cmd->name);
   c.shard = owner.id();
-  if (owner.replicated()) {
-    // A cluster places names by hash: nothing to settle.
-    auto r = co_await async_submit(owner, std::move(*cmd), use_awaitable);
-    if (!r.ok()) co_return error_reply(r.err(), c);
-    co_return json_reply(status::created, to_json(*r));
-  }
-  auto r_op = async_execute<topic_created>(
-      owner,
-      [this, id = owner.id(), cmd = std::move(*cmd)](broker& b) {
-        auto r = b.create_topic(cmd);
-        shards_.settle(cmd.name, id, b.get_topic(cmd.name).ok());
-        return r;
-      },
-      use_awaitable);
+  // The operation is built outside the co_await (as every handler here):
+  // GCC miscompiles temporaries inside a co_await's operand.
+  auto r_op = async_submit(owner, std::move(*cmd), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return json_reply(status::created, to_json(*r));
@@ -117,23 +107,9 @@ asio::awaitable<reply> router::get_topic(call& c) {
 asio::awaitable<reply> router::delete_topic(call& c) {
   if (auto denied = deny_topic(c, c.captures.at(0))) co_return error_reply(*denied, c);
   const std::string& name = c.captures.at(0);
-  shard& owner = route(c, name);
-  if (owner.replicated()) {
-    auto r = co_await async_submit(owner, delete_topic_cmd{name}, use_awaitable);
-    if (!r.ok()) co_return error_reply(r.err(), c);
-    co_return no_content();
-  }
-  auto r_op = async_execute<void>(
-      owner,
-      [this, id = owner.id(), name](broker& b) {
-        auto r = b.delete_topic(name);
-        shards_.settle(name, id, b.get_topic(name).ok());
-        // A DLQ that outlives its topic keeps its own entry (its shard).
-        const std::string dlq = dlq_topic_of(name);
-        shards_.settle(dlq, id, b.get_topic(dlq).ok());
-        return r;
-      },
-      use_awaitable);
+  // The shard settles the placement of the topic and its DLQ.
+  delete_topic_cmd cmd{name};
+  auto r_op = async_submit(route(c, name), std::move(cmd), use_awaitable);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   co_return no_content();

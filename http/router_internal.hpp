@@ -1,9 +1,11 @@
 #pragma once
 
-// Private to the router's files (router.cpp: dispatch and the message
-// routes; router_admin.cpp: topics administration, health, metrics, the
-// UI): what a handler sees of a request, the answers they build, and
-// gather() over every shard.
+// Private to the router's files (router.cpp: dispatch, forwarding and the
+// routes of one shape, topic_command; router_messages.cpp: the message
+// routes, produce, consume, ack and keys, and consume_stream;
+// router_admin.cpp: topics administration, health, metrics, the UI): what
+// a handler sees of a request, the answers they build, and gather() over
+// every shard.
 
 #include <chrono>
 #include <cstdint>

@@ -60,7 +60,7 @@ void consume_stream::abandon_last() {
   last_.clear();
   // Fenced by attempts: a delivery someone else got meanwhile stays; a
   // lease already gone needs nothing (best effort).
-  for (auto& e : cmds) shard_.submit(std::move(e), [](result<millis>) {});
+  for (auto& e : cmds) shard_.submit(std::move(e), [](result<lease_extended>) {});
 }
 
 void router::produce(pending_ptr p) {
@@ -118,13 +118,13 @@ void router::consume(pending_ptr p) {
     // round trip for the cycle. Errors of the acks as a whole are answered
     // as POST /v1/ack answers them.
     ack_batch_cmd acks{cr->cmd.topic, cr->cmd.group, cr->cmd.owner, std::move(*cr->acks)};
-    auto render = [this](result<shard::acked_consume> both, const call& c) {
+    auto render = [this](result<consume_after_acks_reply> both, const call& c) {
       if (!both.ok()) return error_reply(both.err(), c);
       return ndjson_reply(consumed_acks_line(both->acks) + encode_deliveries(both->deliveries));
     };
     owner.consume_after_acks(
         std::move(acks), std::move(cr->cmd), cr->wait_ms,
-        answer_with<result<shard::acked_consume>>(std::move(p), std::move(render)));
+        answer_with<result<consume_after_acks_reply>>(std::move(p), std::move(render)));
     return;
   }
   auto render = [this](result<std::vector<delivery>> got, const call& c) {

@@ -50,8 +50,8 @@ auto async_bridge(Start start, Token&& token) {
       token, std::move(start));
 }
 
-// shard::execute: fn runs on the core thread; completes with result<T>
-// once its writes are durable.
+// shard::execute: fn runs where the shard's broker lives; completes with
+// result<T> once its writes are durable.
 template <class T, class Token>
 auto async_execute(shard& r, std::function<result<T>(broker&)> fn, Token&& token) {
   return async_bridge<result<T>>(
@@ -72,10 +72,10 @@ auto async_query(shard& r, bool fresh, std::function<result<T>(broker&)> fn, Tok
       std::forward<Token>(token));
 }
 
-// shard::submit: the command itself crosses, typed (shard/commands.hpp).
+// shard::submit: the command itself crosses, typed (broker/dispatch.hpp).
 template <class Cmd, class Token>
 auto async_submit(shard& r, Cmd cmd, Token&& token) {
-  using reply = typename command<Cmd>::reply;
+  using reply = typename command_traits<Cmd>::reply;
   return async_bridge<result<reply>>(
       [&r, cmd = std::move(cmd)](std::function<void(result<reply>)> done) mutable {
         r.submit(std::move(cmd), std::move(done));
@@ -90,20 +90,6 @@ auto async_consume(shard& r, consume_cmd cmd, millis wait_ms, Token&& token) {
   return async_bridge<R>(
       [&r, cmd = std::move(cmd), wait_ms](std::function<void(R)> done) mutable {
         r.consume(std::move(cmd), wait_ms, std::move(done));
-      },
-      std::forward<Token>(token));
-}
-
-// shard::consume_after_acks: acks, then a consume with a long-poll of up
-// to wait_ms.
-template <class Token>
-auto async_consume_after_acks(shard& r, ack_batch_cmd acks, consume_cmd cmd, millis wait_ms,
-                              Token&& token) {
-  using R = result<shard::acked_consume>;
-  return async_bridge<R>(
-      [&r, acks = std::move(acks), cmd = std::move(cmd),
-       wait_ms](std::function<void(R)> done) mutable {
-        r.consume_after_acks(std::move(acks), std::move(cmd), wait_ms, std::move(done));
       },
       std::forward<Token>(token));
 }

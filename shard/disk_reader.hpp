@@ -1,12 +1,12 @@
 #pragma once
 
-// A shard's reader thread: the loop never waits for a read from the disk
-// (ARCHITECTURE.md, "Concurrency: shards, each owned by one loop"). A
-// request's command reads from memory only (store::memory_reads); when a
+// A single node's shard's reader thread: the loop never waits for a read
+// from the disk (docs/DESIGN.md, "Shards and threads", "Reader threads").
+// A request's command reads from memory only (store::memory_reads); when a
 // read would need the disk, the command changed nothing, and the shard
 // hands what it missed to this thread, which reads it into the store's
 // block cache (store::warm) and calls back; the shard then runs the command
-// again on its loop (shard::run_reading).
+// again on its loop (local_path::run_reading).
 //
 // Thread safety: read() and stop() from any thread. done callbacks run on
 // the reader thread and must only post (to the shard's loop).

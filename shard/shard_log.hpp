@@ -21,6 +21,7 @@
 
 #include "broker/apply.hpp"
 #include "broker/log_entry.hpp"
+#include "storage/store.hpp"
 
 namespace onceq {
 
@@ -51,6 +52,13 @@ class shard_log {
   // and, for a command on one topic, that topic ("" for a tick or several
   // topics). Set once, before the group starts applying.
   virtual void on_applied(std::function<void(log_tag, std::string_view topic)> fn) = 0;
+
+  // Whether this node can append to the group's log (its Raft log on
+  // disk): not writable, with a reason naming the log, when an append or
+  // its sync failed. The shard reports it with its store's health
+  // (shard::storage_health, /v1/healthz). Any thread; never touches the
+  // disk. Default: writable.
+  virtual storage::store_health log_health() const { return {}; }
 };
 
 }  // namespace onceq

@@ -34,6 +34,13 @@ shard_set::shard_set(std::vector<shard*> shards, placement_rule rule)
       instance_(g_instances.fetch_add(1) + 1),
       current_(std::make_shared<const table>()) {
   if (shards_.empty()) throw std::invalid_argument("shard_set needs at least one shard");
+  if (rule_ != placement_rule::balanced) return;
+  // A single node's placement follows what each shard holds: its creates
+  // and deletes report to the set on the shard's loop.
+  for (std::uint32_t id = 0; id < shards_.size(); ++id) {
+    shards_[id]->on_topic_change(
+        [this, id](std::string_view topic, bool exists) { settle(topic, id, exists); });
+  }
 }
 
 std::shared_ptr<const shard_set::table> shard_set::snapshot() const {

@@ -13,7 +13,9 @@
 // each thread keeps the snapshot it saw last and refreshes it only when the
 // placement's version moved (a topic was created or deleted). Changes are
 // made under a mutex, by the create and delete commands on the topic's
-// shard (so all changes to one name are ordered by that shard's loop).
+// shard (so all changes to one name are ordered by that shard's loop): the
+// set listens to each shard (shard::on_topic_change), so a create only has
+// to go to place()'s shard.
 //
 // In a cluster the placement is a fixed function of the name instead
 // (placement_rule::hashed: FNV-1a of the name, a DLQ's of its base, modulo
@@ -42,7 +44,8 @@ enum class placement_rule {
 
 class shard_set {
  public:
-  // shards[i] has id i; at least one. They outlive the set.
+  // shards[i] has id i; at least one. They outlive the set, and their
+  // loops stop before it goes (balanced: they report topic changes to it).
   explicit shard_set(std::vector<shard*> shards, placement_rule rule = placement_rule::balanced);
   shard_set(const shard_set&) = delete;
   shard_set& operator=(const shard_set&) = delete;
@@ -67,8 +70,8 @@ class shard_set {
   // is reserved for the name at once (concurrent creates of one name meet
   // on one shard).
   shard& place(std::string_view topic);
-  // On the topic's shard's loop, after its create or delete command:
-  // records what the broker now holds (b: the shard's broker).
+  // On the topic's shard's loop, after its create or delete command
+  // (shard::on_topic_change): records what the broker now holds.
   void settle(std::string_view topic, std::uint32_t shard_id, bool exists);
 
   // Topics per shard (metrics).

@@ -1,9 +1,12 @@
 #include "broker/log_entry.hpp"
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "broker/dispatch.hpp"
 
 namespace onceq {
 namespace {
@@ -264,6 +267,32 @@ TEST(LogEntry, AHugeCountIsRefusedWithoutAllocating) {
   auto r = decode_entry(bytes);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.err().code, errc::internal);
+}
+
+// The command table's replies (broker/dispatch.hpp): every entry's answer
+// is one alternative of log_reply, taken back out by its type.
+TEST(LogReply, ExtendAndRedriveAreToldApartByTypeThoughBothCarryIntegers) {
+  static_assert(std::is_same_v<command_traits<extend_cmd>::reply, lease_extended>);
+  static_assert(std::is_same_v<command_traits<redrive_cmd>::reply, redriven>);
+  EXPECT_EQ(reply_as<lease_extended>(log_reply{lease_extended{1234}})->lease_expires_at_ms, 1234);
+  EXPECT_EQ(reply_as<redriven>(log_reply{redriven{7}})->moved, 7);
+  EXPECT_TRUE(reply_as<void>(log_reply{std::monostate{}}).ok());
+  // Another command's reply is a bug, said so, never converted.
+  auto wrong = reply_as<redriven>(log_reply{lease_extended{1234}});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.code(), errc::internal);
+  auto not_void = reply_as<produce_reply>(log_reply{std::monostate{}});
+  ASSERT_FALSE(not_void.ok());
+  EXPECT_EQ(not_void.code(), errc::internal);
+  // An error stays the error.
+  auto failed = reply_as<lease_extended>(result<log_reply>(make_error(errc::not_found, "gone")));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.code(), errc::not_found);
+}
+
+TEST(LogReply, WhatWritesIsExactlyWhatTheLogCarries) {
+  static_assert(writes<produce_cmd> && writes<consume_after_acks_cmd> && writes<tick_cmd>);
+  static_assert(!writes<key_query>);
 }
 
 }  // namespace

@@ -202,6 +202,44 @@ TEST_F(ShardDiskReadsTest, ACommandEvictedAgainAndAgainReadsTheDiskOnTheLoopTheT
   EXPECT_EQ(shard_->loop_disk_reads(), 1u);
 }
 
+TEST_F(ShardDiskReadsTest, AConsumeCarryingAcksThatMissesMemoryGoesToTheReaderAndAnswersBoth) {
+  // A delivery leased by an earlier broker: the restarted one holds it in
+  // memory, but none of the messages (no cached tail).
+  shard_->stop();
+  shard_.reset();
+  broker_.reset();
+  std::vector<delivery> first;
+  {
+    broker before(store_, clock_, nullptr);
+    ASSERT_TRUE(before.recover().ok());
+    auto got = before.consume(consume_cmd{"t", "g", "o", {}, 1, {}});
+    ASSERT_TRUE(got.ok()) << got.err().message;
+    first = std::move(*got);
+  }
+  ASSERT_EQ(first.size(), 1u);
+  broker_ = std::make_unique<broker>(store_, clock_, nullptr);
+  ASSERT_TRUE(broker_->recover().ok());
+  shard_ = std::make_unique<shard>(0, *broker_, store_, clock_);
+  shard_->start();
+  // The acks find their delivery in memory; the consume after them misses:
+  // it runs again after the reader's read, the acks do not (they are
+  // written), and the answer carries their outcome.
+  store_.make_cold(st::column::messages);
+  const auto& d = first[0];
+  std::promise<result<consume_after_acks_reply>> p;
+  shard_->consume_after_acks(
+      ack_batch_cmd{"t", "g", "o", {ack_item{d.partition, d.offset, d.attempts, "", {}}}},
+      consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
+      [&p](result<consume_after_acks_reply> r) { p.set_value(std::move(r)); });
+  auto r = p.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_EQ(r->acks.size(), 1u);
+  EXPECT_EQ(r->acks[0].code, errc::ok) << r->acks[0].message;
+  EXPECT_EQ(r->deliveries.size(), 2u);
+  EXPECT_EQ(shard_->disk_reads(), 1u);
+  EXPECT_EQ(shard_->loop_disk_reads(), 0u);
+}
+
 TEST_F(ShardDiskReadsTest, ACommandWaitingOnTheReaderIsAnsweredWhenTheShardStops) {
   store_.make_cold(st::column::messages, /*keep_cold=*/true);
   std::promise<result<std::vector<delivery>>> p;

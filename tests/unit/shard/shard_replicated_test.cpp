@@ -73,7 +73,16 @@ class fake_log final : public shard_log {
     hook_ = std::move(fn);
   }
 
+  storage::store_health log_health() const override {
+    std::lock_guard lock(mu_);
+    return health_;
+  }
+
   void set_leader(bool on) { leader_.store(on); }
+  void set_health(storage::store_health h) {
+    std::lock_guard lock(mu_);
+    health_ = std::move(h);
+  }
   std::vector<log_tag> tags() {
     std::lock_guard lock(mu_);
     return tags_;
@@ -112,10 +121,11 @@ class fake_log final : public shard_log {
   std::function<void(log_tag, std::string_view)> hook_;
   std::atomic<bool> leader_{true};
   std::atomic<millis> deadline_{-1};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   std::vector<log_tag> tags_;
+  storage::store_health health_;
   bool stop_ = false;
   std::thread worker_;
 };
@@ -147,8 +157,8 @@ class ShardReplicatedTest : public ::testing::Test {
   }
 
   template <class Cmd>
-  result<typename command<Cmd>::reply> submit(Cmd cmd) {
-    using R = result<typename command<Cmd>::reply>;
+  result<typename command_traits<Cmd>::reply> submit(Cmd cmd) {
+    using R = result<typename command_traits<Cmd>::reply>;
     return promised<R>(
                [&](std::function<void(R)> done) { shard_.submit(std::move(cmd), std::move(done)); })
         .get();
@@ -270,13 +280,30 @@ TEST_F(ShardReplicatedTest, AKeyWaitIsWokenByTheAckThatCommitsTheKey) {
   EXPECT_EQ(k->st, key_info::state::committed);
 }
 
-TEST(ReplyOf, ExtendAndRedriveAnswersAreToldApartThoughBothAreIntegers) {
-  EXPECT_EQ(*reply_of<millis>(log_reply{lease_extended{1234}}), 1234);
-  EXPECT_EQ(*reply_of<std::int64_t>(log_reply{redriven{7}}), 7);
-  EXPECT_TRUE(reply_of<void>(log_reply{std::monostate{}}).ok());
-  auto wrong = reply_of<produce_reply>(log_reply{std::monostate{}});
-  ASSERT_FALSE(wrong.ok());
-  EXPECT_EQ(wrong.code(), errc::internal);
+TEST_F(ShardReplicatedTest, ExtendAndRedriveAnswerTheirOwnReplies) {
+  ASSERT_TRUE(produce("a").ok());
+  auto got = consume(0).get();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+  extend_cmd e;
+  e.ref = delivery_ref{"t", "g", "o", (*got)[0].partition, (*got)[0].offset, {}, {}};
+  e.lease_ms = 5'000;
+  auto extended = submit(std::move(e));
+  ASSERT_TRUE(extended.ok()) << extended.err().message;
+  EXPECT_EQ(extended->lease_expires_at_ms, clock_.now_ms() + 5'000);
+  auto moved = submit(redrive_cmd{"t", {}});
+  ASSERT_TRUE(moved.ok()) << moved.err().message;
+  EXPECT_EQ(moved->moved, 0);  // nothing in the DLQ
+}
+
+TEST_F(ShardReplicatedTest, ARaftLogThatCannotBeWrittenMakesTheShardUnhealthy) {
+  EXPECT_TRUE(shard_.storage_health().writable);
+  log_.set_health({false, "raft log: No space left on device"});
+  const auto h = shard_.storage_health();
+  EXPECT_FALSE(h.writable);
+  EXPECT_EQ(h.reason, "raft log: No space left on device");
+  log_.set_health({});
+  EXPECT_TRUE(shard_.storage_health().writable);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -46,6 +47,7 @@ class shards_fixture {
   }
   shard_set& set() { return *set_; }
   broker& core(std::size_t i) { return *brokers_[i]; }
+  shard& at(std::size_t i) { return *shards_[i]; }
 
   // Creates a topic the way the router does: place, create on that shard's
   // broker, settle.
@@ -101,6 +103,32 @@ TEST(ShardSetTest, AFailedCreateGivesItsReservationBack) {
 // A cluster's nodes route a name alike without sharing a table: its shard
 // is a function of the name (FNV-1a, fixed values below), a DLQ's that of
 // its base, and creating topics changes nothing.
+// The router only places and submits: the shard's create and delete
+// report to the set on its loop (shard::on_topic_change).
+TEST(ShardSetTest, CreatesAndDeletesRunOnAShardSettleThePlacement) {
+  shards_fixture f(2);
+  f.at(0).start();
+  f.at(1).start();
+  auto run = [](shard& s, auto cmd) {
+    using R = result<typename command_traits<decltype(cmd)>::reply>;
+    std::promise<R> p;
+    s.submit(std::move(cmd), [&p](R r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  shard& a = f.set().place("a");
+  ASSERT_TRUE(run(a, create_topic_cmd{"a", 1, {}}).ok());
+  EXPECT_EQ(f.set().placed_on("a"), a.id());
+  shard& b = f.set().place("b");
+  EXPECT_NE(b.id(), a.id());
+  // A failed create gives the reservation back.
+  EXPECT_FALSE(run(b, create_topic_cmd{"b", 0, {}}).ok());
+  EXPECT_EQ(f.set().placed_on("b"), std::nullopt);
+  ASSERT_TRUE(run(a, delete_topic_cmd{"a"}).ok());
+  EXPECT_EQ(f.set().placed_on("a"), std::nullopt);
+  f.at(0).stop();
+  f.at(1).stop();
+}
+
 TEST(ShardSetTest, HashedPlacementIsAFunctionOfTheNameTheSameOnEveryNode) {
   shards_fixture a(4, nullptr, placement_rule::hashed);
   shards_fixture b(4, nullptr, placement_rule::hashed);

@@ -54,13 +54,13 @@ class ShardTest : public ::testing::Test {
   }
 
   // shard::consume_after_acks of acks, then up to 10 messages.
-  std::future<result<shard::acked_consume>> consume_after(std::vector<ack_item> items,
-                                                          millis wait_ms) {
-    auto p = std::make_shared<std::promise<result<shard::acked_consume>>>();
+  std::future<result<consume_after_acks_reply>> consume_after(std::vector<ack_item> items,
+                                                              millis wait_ms) {
+    auto p = std::make_shared<std::promise<result<consume_after_acks_reply>>>();
     auto f = p->get_future();
-    runner_.consume_after_acks(ack_batch_cmd{"t", "g", "o", std::move(items)},
-                               consume_cmd{"t", "g", "o", {}, 10, {}}, wait_ms,
-                               [p](result<shard::acked_consume> r) { p->set_value(std::move(r)); });
+    runner_.consume_after_acks(
+        ack_batch_cmd{"t", "g", "o", std::move(items)}, consume_cmd{"t", "g", "o", {}, 10, {}},
+        wait_ms, [p](result<consume_after_acks_reply> r) { p->set_value(std::move(r)); });
     return f;
   }
 
@@ -186,9 +186,10 @@ TEST_F(ShardTest, ConsumeAfterAcksLongPollsAndAnswersTheAcksWhenEmpty) {
 TEST_F(ShardTest, ConsumeAfterAcksOnAnUnknownTopicConsumesNothing) {
   ack_batch_cmd acks{"missing", "g", "o", {}};
   acks.acks = {ack_item{}};
-  std::promise<result<shard::acked_consume>> ap;
-  runner_.consume_after_acks(acks, consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
-                             [&ap](result<shard::acked_consume> r) { ap.set_value(std::move(r)); });
+  std::promise<result<consume_after_acks_reply>> ap;
+  runner_.consume_after_acks(
+      acks, consume_cmd{"missing", "g", "o", {}, 10, {}}, 10'000,
+      [&ap](result<consume_after_acks_reply> r) { ap.set_value(std::move(r)); });
   auto f = ap.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_FALSE(f.get().ok());
@@ -312,10 +313,10 @@ TEST(ShardDurability, AckedEmptyConsumeWaitsForTheSync) {
 
   store.hold();
   ack_batch_cmd acks{"t", "g", "o", {ack_of((*got)[0])}};
-  std::promise<result<shard::acked_consume>> ap;
+  std::promise<result<consume_after_acks_reply>> ap;
   auto af = ap.get_future();
   r.consume_after_acks(acks, consume_cmd{"t", "g", "o", {}, 10, {}}, 20,
-                       [&ap](result<shard::acked_consume> x) { ap.set_value(std::move(x)); });
+                       [&ap](result<consume_after_acks_reply> x) { ap.set_value(std::move(x)); });
   EXPECT_EQ(af.wait_for(300ms), std::future_status::timeout) << "answered before durable";
   store.release();
   ASSERT_EQ(af.wait_for(5s), std::future_status::ready);
