@@ -270,9 +270,17 @@ result<key_history> broker::get_key_history(const key_query& q) {
   key_history out;
   out.events.reserve(all.size());
   for (auto& e : all)
-    out.events.push_back(key_event{static_cast<key_event::kind>(static_cast<int>(e.kind) - 1),
-                                   e.at_ms, std::move(e.owner), e.partition, e.offset, e.attempts,
-                                   e.fencing_token, std::move(e.reason), e.result_bytes});
+    out.events.push_back(key_event{
+        .what = static_cast<key_event::kind>(static_cast<int>(e.kind) - 1),
+        .at_ms = e.at_ms,
+        .owner = std::move(e.owner),
+        .partition = e.partition,
+        .offset = e.offset,
+        .attempts = e.attempts,
+        .fencing_token = e.fencing_token,
+        .reason = std::move(e.reason),
+        .result_bytes = e.result_bytes,
+    });
   return out;
 }
 

@@ -51,8 +51,7 @@ class shard_group final : public shard_log {
   // or its replica could not apply an entry), with why; the shard reports
   // it in GET /v1/healthz. Any thread; never waits for the raft loop (it
   // reads the status the loop last published).
-  // (shard_log::log_health: `override` once shard_log declares it.)
-  storage::store_health log_health() const;
+  storage::store_health log_health() const override;
 
   // The shard's topics as of the last create, delete or snapshot applied
   // here (GET /v1/cluster). Any thread.

@@ -127,10 +127,9 @@ TEST_F(cluster_log_health, a_node_whose_raft_log_cannot_be_written_names_it_in_c
   }
 }
 
-// Needs the shard to report its log's health (shard_log::log_health,
-// cluster::shard_group implements it) in GET /v1/healthz: enabled when that
-// lands.
-TEST_F(cluster_log_health, DISABLED_a_node_whose_raft_log_cannot_be_written_says_so_in_healthz) {
+// The shard reports its log's health (shard_log::log_health, which
+// cluster::shard_group implements) in GET /v1/healthz.
+TEST_F(cluster_log_health, a_node_whose_raft_log_cannot_be_written_says_so_in_healthz) {
   ASSERT_FALSE(write_and_wait_for_failure(*cluster_, *api_).empty());
   std::optional<http_response> health;
   const auto asked = std::chrono::steady_clock::now();
