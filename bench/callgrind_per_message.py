@@ -56,16 +56,3 @@ if __name__ == '__main__':
         r = re.compile(pat)
         for f in sorted((f for f in incl if r.search(f)), key=lambda f: -incl[f])[:8]:
             print(f'{incl[f]/n:9.0f} incl/msg {selfc[f]/n:8.0f} self/msg {ncalls[f]/n:8.3f} calls/msg  {f[:150]}')
-
-def callers(path, n, pat, k=12):
-    names, selfc, edges, edgecalls, ncalls, sysc = parse(path)
-    r = re.compile(pat)
-    rows = [((a, b), v) for (a, b), v in edges.items() if r.search(b)]
-    for (a, b), v in sorted(rows, key=lambda x: -x[1])[:k]:
-        print(f'{v/n:9.0f} Ir/msg {edgecalls[(a,b)]/n:8.2f} calls/msg  {a[:110]} -> {b[:60]}')
-def callees(path, n, pat, k=15):
-    names, selfc, edges, edgecalls, ncalls, sysc = parse(path)
-    r = re.compile(pat)
-    rows = [((a, b), v) for (a, b), v in edges.items() if r.search(a)]
-    for (a, b), v in sorted(rows, key=lambda x: -x[1])[:k]:
-        print(f'{v/n:9.0f} Ir/msg {edgecalls[(a,b)]/n:8.2f} calls/msg  {a[:60]} -> {b[:120]}')

@@ -31,6 +31,21 @@ def cg(*args):
     if vgpid > 0:
         subprocess.run(["callgrind_control", *args, str(vgpid)], check=True, stdout=subprocess.DEVNULL)
 
+class Window:
+    """callgrind's window: opens once `warm` messages are drained, closes
+    (done() is then True) once `measure` more are."""
+    def __init__(self):
+        self.on = False; self.start = 0; self.t0 = None
+    def done(self, drained):
+        if not self.on and drained >= warm:
+            cg("-i", "on"); cg("-z"); self.on = True; self.t0 = time.time(); self.start = drained
+        if self.on and drained - self.start >= measure:
+            cg("-d"); cg("-i", "off")
+            return True
+        return False
+    def report(self, drained):
+        print("drained", drained, "measured", drained - self.start, "seconds", round(time.time() - self.t0, 1))
+
 def payload(seq):
     p = "%016x.%016x." % (seq, time.monotonic_ns())
     return p + "x" * (256 - len(p))
@@ -107,13 +122,9 @@ def onceq():
     if mode != "e2e":
         for i in range(0, n, B): produce(i, min(n, i + B))
     held = []
-    drained = 0; on = False; seq = n if mode != "e2e" else 0
-    t0 = None
-    while True:
-        if not on and drained >= warm:
-            cg("-i", "on"); cg("-z"); on = True; t0 = time.time(); start = drained
-        if on and drained - start >= measure:
-            cg("-d"); cg("-i", "off"); break
+    drained = 0; seq = n if mode != "e2e" else 0
+    window = Window()
+    while not window.done(drained):
         if mode == "e2e":
             produce(seq, seq + B); seq += B
         req = '{"topic":"t","group":"g","owner":"w","max_messages":100,"wait_ms":100,"lease_ms":60000'
@@ -134,7 +145,7 @@ def onceq():
             st, b = c.post("/v1/ack", '{"topic":"t","group":"g","owner":"w","acks":[' + ",".join('{"partition":%d,"offset":%d,"attempts":%d}' % h for h in ids) + "]}")
             assert st == 200, b
             assert b.count(b'"acked"') == len(ids), b[:300]
-    print("drained", drained, "measured", drained - start, "seconds", round(time.time() - t0, 1))
+    window.report(drained)
 
 def redis():
     c = Resp(port)
@@ -145,12 +156,9 @@ def redis():
     if mode != "e2e":
         for i in range(0, n, B): produce(i, min(n, i + B))
     held = []
-    drained = 0; on = False; t0 = None
-    while True:
-        if not on and drained >= warm:
-            cg("-i", "on"); cg("-z"); on = True; t0 = time.time(); start = drained
-        if on and drained - start >= measure:
-            cg("-d"); cg("-i", "off"); break
+    drained = 0
+    window = Window()
+    while not window.done(drained):
         if mode == "e2e":
             produce(n + drained, n + drained + B)  # unique seq
         data = b""
@@ -167,6 +175,6 @@ def redis():
             held = ids
         else:
             c.send(Resp.enc("XACK", "t", "g", *ids)); assert c.read() == len(ids)
-    print("drained", drained, "measured", drained - start, "seconds", round(time.time() - t0, 1))
+    window.report(drained)
 
 onceq() if sysname == "onceq" else redis()

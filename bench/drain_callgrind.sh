@@ -48,10 +48,12 @@ redis_port=$((20000 + RANDOM % 20000))
 run redis redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly yes \
   --appendfsync always --dir "$out/redis-data"
 
-# The thread with the most instructions is the one that serves.
+# The window's counts are the dump taken when it closed (cg-SYSTEM.PID.1-TID,
+# one file a thread); the thread with the most instructions is the one that
+# serves.
 for system in onceq redis; do
-  busiest=$(for f in "$out"/cg-"$system".*; do
-    printf '%s %s\n' "$(awk '/^summary:/ {print $2}' "$f")" "$f"
+  busiest=$(for f in "$out"/cg-"$system".*.1-*; do
+    printf '%s %s\n' "$(awk '/^totals:/ {print $2}' "$f")" "$f"
   done | sort -n | tail -1 | cut -d' ' -f2)
   printf '%s (%s): ' "$system" "$(basename "$busiest")"
   python3 "$here/callgrind_per_message.py" "$busiest" "$measure" | head -1
