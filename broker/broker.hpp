@@ -6,10 +6,10 @@
 #include <string_view>
 #include <vector>
 
-#include "broker/commands.hpp"
-#include "broker/options.hpp"
 #include "base/clock.hpp"
 #include "base/result.hpp"
+#include "broker/commands.hpp"
+#include "broker/options.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.hpp"
 #include "broker/commands.hpp"
 #include "broker/options.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/timers.hpp"
 #include "broker/topic_registry.hpp"
-#include "base/clock.hpp"
 #include "storage/store.hpp"
 
 namespace onceq {

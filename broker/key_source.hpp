@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "broker/commands.hpp"
 #include "base/result.hpp"
+#include "broker/commands.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq {

@@ -5,8 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "broker/timers.hpp"
 #include "base/result.hpp"
+#include "broker/timers.hpp"
 #include "storage/schema.hpp"
 #include "storage/store.hpp"
 

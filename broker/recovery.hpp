@@ -1,7 +1,7 @@
 #pragma once
 
-#include "broker/core.hpp"
 #include "base/result.hpp"
+#include "broker/core.hpp"
 
 namespace onceq {
 

@@ -5,9 +5,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "broker/limits.hpp"
-#include "base/result.hpp"
 
 namespace onceq {
 

@@ -21,6 +21,7 @@
 // message inspector); http/codec/common (the limits checked, dump). The
 // readers they share are http/codec/detail.hpp, private to http/codec/.
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "broker/limits.hpp"
 #include "http/codec/ack.hpp"
@@ -34,4 +35,3 @@
 #include "http/codec/topics.hpp"
 #include "http/json_write.hpp"
 #include "http/params.hpp"
-#include "base/result.hpp"

@@ -11,9 +11,9 @@
 #include <span>
 #include <string_view>
 
-#include "http/message.hpp"
 #include "base/clock.hpp"
 #include "base/errc.hpp"
+#include "http/message.hpp"
 
 namespace onceq::http {
 

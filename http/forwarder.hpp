@@ -20,10 +20,10 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
-#include "http/cluster_view.hpp"
-#include "http/message.hpp"
 #include "base/clock.hpp"
 #include "base/result.hpp"
+#include "http/cluster_view.hpp"
+#include "http/message.hpp"
 
 namespace onceq::http {
 

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "broker/commands.hpp"
 #include "base/clock.hpp"
+#include "broker/commands.hpp"
 #include "storage/store.hpp"
 #include "storage/sync_stats.hpp"
 

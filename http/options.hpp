@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "broker/commands.hpp"
 #include "base/clock.hpp"
+#include "broker/commands.hpp"
 
 namespace onceq::http {
 

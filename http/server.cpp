@@ -15,9 +15,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/error.hpp>
 
+#include "base/log.hpp"
 #include "http/session.hpp"
 #include "http/session_registry.hpp"
-#include "base/log.hpp"
 
 namespace onceq::http {
 

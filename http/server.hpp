@@ -36,9 +36,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 
+#include "base/result.hpp"
 #include "http/options.hpp"
 #include "http/router.hpp"
-#include "base/result.hpp"
 
 namespace onceq::http {
 

@@ -9,9 +9,9 @@
 #include <variant>
 #include <vector>
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "http/params/params.hpp"
-#include "base/result.hpp"
 
 namespace onceq::http {
 

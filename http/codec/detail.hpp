@@ -16,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "http/codec/common.hpp"
 #include "http/params.hpp"
-#include "base/result.hpp"
 
 namespace onceq::http::codec_detail {
 

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "http/params/params.hpp"
-#include "base/result.hpp"
 
 namespace onceq::http {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "base/result.hpp"
 #include "broker/commands.hpp"
 #include "http/params/params.hpp"
-#include "base/result.hpp"
 
 namespace onceq::http {
 

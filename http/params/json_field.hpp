@@ -3,8 +3,8 @@
 #include <string>
 #include <string_view>
 
-#include "http/params/params.hpp"
 #include "base/result.hpp"
+#include "http/params/params.hpp"
 
 namespace onceq::http {
 
