@@ -68,8 +68,26 @@ class broker {
   // Leases up to max_messages to owner. An empty vector: nothing available.
   result<std::vector<delivery>> consume(const consume_cmd& cmd);
 
-  result<void> ack(const ack_cmd& cmd);
+  // An ack, and with cmd.produce the workflow step's next messages in the
+  // same command: topics on this broker are written in the ack's txn,
+  // others go to the outbox (outbox_record) in it. The outcome's code is
+  // ok (an acked delivery's refusal is the error); produced is set when the
+  // ack carried produce, or repeats one whose key's commit holds the list.
+  result<ack_outcome> ack(const ack_cmd& cmd);
   result<std::vector<ack_outcome>> ack_batch(const ack_batch_cmd& cmd);
+
+  // The outbox (docs/DESIGN.md, "Workflow steps"). On a target: stores the
+  // entries above source's high-water mark, in order, moving the mark in
+  // the same txn; stops at an entry its topic's backlog cap refuses (that
+  // entry answers resource_exhausted, the rest are not answered). Unknown
+  // topics and bad messages are refused for good (their seq still passes).
+  result<std::vector<outbox_appended>> outbox_append(const outbox_append_cmd& cmd);
+  // On the source: the entries done leave the outbox; stored positions go
+  // to the committing key's produced list and history.
+  result<void> outbox_done(const outbox_done_cmd& cmd);
+  // Up to max entries still in the outbox, in seq order. Read only.
+  result<std::vector<outbox_entry>> outbox_pending(std::size_t max) const;
+  outbox_stats outbox_metrics() const;
   result<void> nack(const nack_cmd& cmd);
   result<millis> extend(const extend_cmd& cmd);  // the new lease deadline
   result<key_info> get_key(const key_query& q);

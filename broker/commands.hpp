@@ -57,6 +57,12 @@ struct topic_settings {
   // caps its age. Costs the disk of every message acked in the window.
   // Default: 0 = acked messages are deleted at the next retention run.
   millis replay_window_ms = 0;
+  // Delivery order per message key within each group (docs/API.md,
+  // "Workflow steps (ext)"): with key, at most one message of a key is
+  // leased at a time, in offset order; the next waits until the one before
+  // it is acked, auto-acked or dead-lettered. Default: none.
+  enum class ordering_mode : std::uint8_t { none = 0, key = 1 };
+  ordering_mode ordering = ordering_mode::none;
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -190,9 +196,31 @@ struct delivery_ref {
   std::optional<std::uint64_t> fencing_token;  // fence: must equal the current delivery's
 };
 
+// One message an ack produces: the workflow step's next step (docs/API.md,
+// "Workflow steps (ext)"), shaped like a single POST /v1/produce body.
+struct step_message {
+  std::string topic;
+  message_in message;
+};
+
+// Where a message an ack produced was stored, in the ack's produce order.
+struct step_produced {
+  std::string topic;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  bool duplicate = false;  // answered from the target topic's dedup window
+  // Written to the ack's shard's outbox for a topic on another shard and
+  // not stored there yet: outbox_seq names it until it is (then pending is
+  // false and partition/offset are set).
+  bool pending = false;
+  std::uint64_t outbox_seq = 0;  // 0: stored in the ack's own transaction
+  friend bool operator==(const step_produced&, const step_produced&) = default;
+};
+
 struct ack_cmd {
   delivery_ref ref;
   std::string result_json;  // "" if none; stored with the committed key
+  std::vector<step_message> produce;  // 0..k_max_step_messages
 };
 
 struct ack_item {
@@ -201,6 +229,7 @@ struct ack_item {
   std::optional<std::int64_t> attempts;
   std::string result_json;
   std::optional<std::uint64_t> fencing_token;
+  std::vector<step_message> produce;  // 0..k_max_step_messages
 };
 
 struct ack_batch_cmd {
@@ -215,6 +244,49 @@ struct ack_outcome {
   std::uint64_t offset = 0;
   errc code = errc::ok;  // ok: "acked"; otherwise "error" with this code
   std::string message;
+  // The ack carried produce (or is a repeat of one whose key's commit holds
+  // its list): what it produced, in request order. Absent: it carried none.
+  std::optional<std::vector<step_produced>> produced;
+};
+
+// The outbox (docs/DESIGN.md, "Workflow steps"): messages an ack produced
+// into topics on other shards. The source shard writes them in the ack's
+// transaction; a relay appends them to the target shard, which keeps the
+// highest sequence it took from each source and drops any at or below it.
+struct outbox_entry {
+  std::uint64_t seq = 0;
+  step_message msg;
+  millis created_at_ms = 0;
+};
+
+// On a target shard: store entries of source's outbox, in seq order. An
+// entry at or below the source's high-water mark is answered duplicate
+// and not stored again.
+struct outbox_append_cmd {
+  std::uint32_t source = 0;  // the source shard's id
+  std::vector<outbox_entry> entries;
+};
+
+struct outbox_appended {  // one per entry, in order
+  std::uint64_t seq = 0;
+  errc code = errc::ok;  // not ok: refused for good (unknown topic, bad message)
+  std::string message;
+  bool stored = false;     // false with ok: at or below the high-water mark
+  bool duplicate = false;  // the target topic's dedup window answered
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+};
+
+// On the source shard: entries the targets took (or refused for good) leave
+// the outbox; their positions go to the step's key and its history.
+struct outbox_done_cmd {
+  std::vector<outbox_appended> done;
+};
+
+// A shard's outbox, for /metrics.
+struct outbox_stats {
+  std::uint64_t depth = 0;
+  millis oldest_created_at_ms = 0;  // 0: empty
 };
 
 struct nack_cmd {

@@ -59,8 +59,20 @@ struct command_traits<consume_cmd> {
 
 template <>
 struct command_traits<ack_cmd> {
-  using reply = void;
+  using reply = ack_outcome;
   static result<reply> run(broker& b, const ack_cmd& c) { return b.ack(c); }
+};
+
+template <>
+struct command_traits<outbox_append_cmd> {  // a target shard takes another's outbox
+  using reply = std::vector<outbox_appended>;
+  static result<reply> run(broker& b, const outbox_append_cmd& c) { return b.outbox_append(c); }
+};
+
+template <>
+struct command_traits<outbox_done_cmd> {  // the source forgets what the targets took
+  using reply = void;
+  static result<reply> run(broker& b, const outbox_done_cmd& c) { return b.outbox_done(c); }
 };
 
 template <>
@@ -152,9 +164,10 @@ struct command_traits<key_query> {  // a key's history (GET /v1/keys/history): r
 
 // What a log_command answered: one alternative per distinct reply.
 using log_reply =
-    std::variant<std::monostate,  // void: tick, delete_topic, ack, nack
+    std::variant<std::monostate,  // void: tick, delete_topic, nack, outbox_done
                  topic_created, produce_reply, std::vector<delivery>, consume_after_acks_reply,
-                 std::vector<ack_outcome>, lease_extended, redriven, replay_reply>;
+                 ack_outcome, std::vector<ack_outcome>, lease_extended, redriven, replay_reply,
+                 std::vector<outbox_appended>>;
 
 namespace detail {
 template <class Cmd, class Variant>

@@ -16,6 +16,9 @@ namespace {
 
 class encoder {
  public:
+  // The format every entry is written in; fields() reads io.version() to
+  // know which fields an entry of an older format lacks.
+  std::uint8_t version() const { return k_log_entry_version; }
   void operator()(const std::string& s) { w_.str(s); }
   void operator()(bool b) { w_.byte(b ? 1 : 0); }
   template <class T>
@@ -54,6 +57,8 @@ class encoder {
 class decoder {
  public:
   explicit decoder(std::string_view in) : r_(in) {}
+  std::uint8_t version() const { return version_; }
+  void set_version(std::uint8_t v) { version_ = v; }
   void operator()(std::string& s) { r_.str(s); }
   void operator()(bool& b) {
     std::uint8_t v = 0;
@@ -117,6 +122,7 @@ class decoder {
   static constexpr std::uint64_t k_max_elements = 1u << 20;
   byte_reader r_;
   bool bad_ = false;
+  std::uint8_t version_ = k_log_entry_version;
 };
 
 template <class IO>
@@ -127,6 +133,7 @@ void fields(IO& io, topic_settings& s) {
   io(s.idempotency_key_fields), io(s.idempotency_key_include_topic);
   io(s.idempotency_key_optional), io(s.dedup_by_content), io(s.key_conflict);
   io(s.key_history), io(s.replay_window_ms);
+  if (io.version() >= 2) io(s.ordering);
 }
 template <class IO>
 void fields(IO& io, create_topic_cmd& c) {
@@ -162,12 +169,35 @@ void fields(IO& io, delivery_ref& r) {
   io(r.fencing_token);
 }
 template <class IO>
+void fields(IO& io, step_message& m) {
+  io(m.topic), io(m.message);
+}
+template <class IO>
 void fields(IO& io, ack_cmd& c) {
   io(c.ref), io(c.result_json);
+  if (io.version() >= 2) io(c.produce);
 }
 template <class IO>
 void fields(IO& io, ack_item& a) {
   io(a.partition), io(a.offset), io(a.attempts), io(a.result_json), io(a.fencing_token);
+  if (io.version() >= 2) io(a.produce);
+}
+template <class IO>
+void fields(IO& io, outbox_entry& e) {
+  io(e.seq), io(e.msg), io(e.created_at_ms);
+}
+template <class IO>
+void fields(IO& io, outbox_append_cmd& c) {
+  io(c.source), io(c.entries);
+}
+template <class IO>
+void fields(IO& io, outbox_appended& a) {
+  io(a.seq), io(a.code), io(a.message), io(a.stored), io(a.duplicate), io(a.partition);
+  io(a.offset);
+}
+template <class IO>
+void fields(IO& io, outbox_done_cmd& c) {
+  io(c.done);
 }
 template <class IO>
 void fields(IO& io, ack_batch_cmd& c) {
@@ -219,6 +249,8 @@ ONCEQ_LOG_TAG(nack_cmd, nack)
 ONCEQ_LOG_TAG(extend_cmd, extend)
 ONCEQ_LOG_TAG(redrive_cmd, redrive)
 ONCEQ_LOG_TAG(replay_cmd, replay)
+ONCEQ_LOG_TAG(outbox_append_cmd, outbox_append)
+ONCEQ_LOG_TAG(outbox_done_cmd, outbox_done)
 #undef ONCEQ_LOG_TAG
 
 // Sets out to the alternative whose tag is tag; false if none is.
@@ -240,7 +272,9 @@ bool emplace_tag(log_command& out, log_tag tag) {
 bool valid(const log_command& cmd) {
   if (const auto* c = std::get_if<create_topic_cmd>(&cmd)) {
     const auto k = c->settings.key_conflict;
-    return k == topic_settings::conflict::hold || k == topic_settings::conflict::supersede;
+    const auto o = c->settings.ordering;
+    return (k == topic_settings::conflict::hold || k == topic_settings::conflict::supersede) &&
+           (o == topic_settings::ordering_mode::none || o == topic_settings::ordering_mode::key);
   }
   return true;
 }
@@ -269,7 +303,8 @@ result<log_entry> decode_entry(std::string_view bytes) {
   std::uint8_t version = 0;
   io(version);
   if (!io.ok()) return corrupt("empty");
-  if (version != k_log_entry_version) {
+  io.set_version(version);
+  if (version < 1 || version > k_log_entry_version) {
     return make_error(errc::failed_precondition,
                       "log entry format " + std::to_string(version) +
                           " is not known to this onceq (it reads format " +
@@ -290,6 +325,25 @@ result<log_entry> decode_entry(std::string_view bytes) {
   if (!io.at_end()) return corrupt("bytes after the command");
   if (!valid(e.cmd)) return corrupt("a field out of range");
   return e;
+}
+
+std::string encode_message(const message_in& m) {
+  encoder io;
+  io(k_log_entry_version);
+  io(m);
+  return io.take();
+}
+
+result<message_in> decode_message(std::string_view bytes) {
+  decoder io(bytes);
+  std::uint8_t version = 0;
+  io(version);
+  if (!io.ok() || version < 1 || version > k_log_entry_version) return corrupt("message format");
+  io.set_version(version);
+  message_in m;
+  io(m);
+  if (!io.ok() || !io.at_end()) return corrupt("message");
+  return m;
 }
 
 }  // namespace onceq

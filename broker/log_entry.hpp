@@ -53,18 +53,23 @@ enum class log_tag : std::uint8_t {
   extend = 10,
   redrive = 11,
   replay = 12,
+  outbox_append = 13,
+  outbox_done = 14,
 };
 
 using log_command = std::variant<tick_cmd, create_topic_cmd, delete_topic_cmd, produce_cmd,
                                  consume_cmd, consume_after_acks_cmd, ack_cmd, ack_batch_cmd,
-                                 nack_cmd, extend_cmd, redrive_cmd, replay_cmd>;
+                                 nack_cmd, extend_cmd, redrive_cmd, replay_cmd, outbox_append_cmd,
+                                 outbox_done_cmd>;
 
 struct log_entry {
   millis now_ms = 0;  // the leader's clock when it proposed the entry
   log_command cmd;
 };
 
-inline constexpr std::uint8_t k_log_entry_version = 1;
+// Format 2 added topic_settings::ordering and an ack's produce list;
+// format 1 entries still decode (without them).
+inline constexpr std::uint8_t k_log_entry_version = 2;
 
 log_tag tag_of(const log_command& cmd) noexcept;
 
@@ -74,5 +79,9 @@ std::string encode_entry(const log_entry& e);
 // build does not know; errc::internal for bytes that do not decode
 // (truncated, trailing bytes, an enum out of range).
 result<log_entry> decode_entry(std::string_view bytes);
+
+// One message in the same encoding (an outbox record's message).
+std::string encode_message(const message_in& m);
+result<message_in> decode_message(std::string_view bytes);
 
 }  // namespace onceq

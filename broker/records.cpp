@@ -21,6 +21,7 @@ storage::topic_settings to_record(const topic_settings& s) {
   r.key_conflict = static_cast<std::uint8_t>(s.key_conflict);
   r.key_history = s.key_history;
   r.replay_window_ms = s.replay_window_ms;
+  r.ordering = static_cast<std::uint8_t>(s.ordering);
   return r;
 }
 
@@ -44,6 +45,8 @@ topic_settings to_api(const storage::topic_settings& r) {
       r.key_conflict == 1 ? topic_settings::conflict::supersede : topic_settings::conflict::hold;
   s.key_history = r.key_history;
   s.replay_window_ms = r.replay_window_ms;
+  s.ordering = r.ordering == 1 ? topic_settings::ordering_mode::key
+                               : topic_settings::ordering_mode::none;
   return s;
 }
 

@@ -11,12 +11,14 @@ constexpr std::uint8_t k_format_version = 1;
 // Topic records with the backpressure settings (max_backlog_*, max_inflight)
 // are version 2; version 1 records (written before) decode with defaults.
 // Version 3 adds the idempotency settings (key fields, conflict policy,
-// history), version 4 replay_window_ms.
-constexpr std::uint8_t k_topic_version = 4;
+// history), version 4 replay_window_ms, version 5 ordering.
+constexpr std::uint8_t k_topic_version = 5;
 // Delivery and key records with a fencing token are version 2; delivery
 // records with ended_at_ms (for replay_window_ms) are version 3.
 constexpr std::uint8_t k_delivery_version = 3;
-constexpr std::uint8_t k_key_version = 2;
+// Key records with the committing ack's produced list are version 3.
+constexpr std::uint8_t k_key_version = 3;
+constexpr std::uint8_t k_outbox_version = 1;
 
 void put_be32(std::string& out, std::uint32_t v) {
   for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
@@ -133,6 +135,28 @@ std::string next_topic_id() {
 }
 std::string applied() {
   return "a";
+}
+std::string outbox(std::uint64_t seq) {
+  std::string k(1, 'o');
+  put_be64(k, seq);
+  return k;
+}
+std::string outbox_prefix() {
+  return "o";
+}
+std::string outbox_next() {
+  return "q";
+}
+std::string outbox_high_water(std::uint32_t source) {
+  std::string k(1, 'w');
+  put_be32(k, source);
+  return k;
+}
+result<std::uint64_t> parse_outbox_seq(std::string_view key) {
+  if (key.size() != 9 || key[0] != 'o') return corrupt("outbox key");
+  std::uint64_t v = 0;
+  for (int i = 1; i < 9; ++i) v = (v << 8) | static_cast<std::uint8_t>(key[i]);
+  return v;
 }
 std::string fence(topic_id t, group_id g) {
   auto k = with_prefix('f', t);
@@ -262,6 +286,8 @@ std::string encode(const topic_record& r) {
   w.byte(s.key_history ? 1 : 0);
   // Version 4.
   w.svarint(s.replay_window_ms);
+  // Version 5.
+  w.byte(s.ordering);
   return w.take();
 }
 
@@ -294,6 +320,7 @@ result<topic_record> decode_topic(std::string_view v) {
     s.key_history = history != 0;
   }
   if (version >= 4 && !r.svarint(s.replay_window_ms)) return corrupt("topic");
+  if (version >= 5 && !(r.byte(s.ordering) && s.ordering <= 1)) return corrupt("topic");
   return t;
 }
 
@@ -400,6 +427,15 @@ std::string encode(const key_record& r) {
   w.svarint(r.committed_at_ms);
   w.str(r.result_json);
   w.varint(r.fencing_token);
+  // Version 3.
+  w.varint(r.produced.size());
+  for (const auto& p : r.produced) {
+    w.str(p.topic);
+    w.varint(p.partition);
+    w.varint(p.offset);
+    w.byte(static_cast<std::uint8_t>((p.duplicate ? 1 : 0) | (p.pending ? 2 : 0)));
+    w.varint(p.outbox_seq);
+  }
   return w.take();
 }
 
@@ -413,9 +449,45 @@ result<key_record> decode_key(std::string_view v) {
         r.svarint(k.attempts) && r.svarint(k.committed_at_ms) && r.str(k.result_json)))
     return corrupt("key");
   if (version >= 2 && !r.varint(k.fencing_token)) return corrupt("key");
+  if (version >= 3) {
+    std::uint64_t n = 0;
+    if (!r.varint(n) || n > 1000) return corrupt("key");
+    k.produced.resize(n);
+    for (auto& p : k.produced) {
+      std::uint8_t flags = 0;
+      if (!(r.str(p.topic) && r.uvar(p.partition) && r.varint(p.offset) && r.byte(flags) &&
+            flags <= 3 && r.varint(p.outbox_seq)))
+        return corrupt("key");
+      p.duplicate = (flags & 1) != 0;
+      p.pending = (flags & 2) != 0;
+    }
+  }
   k.expires_at_ms = static_cast<millis>(exp);
   k.state = static_cast<key_state>(st);
   return k;
+}
+
+std::string encode(const outbox_record& r) {
+  writer w(writer::versioned{k_outbox_version});
+  w.str(r.topic);
+  w.str(r.message);
+  w.svarint(r.created_at_ms);
+  w.str(r.source_scope);
+  w.varint(r.source_partition);
+  w.varint(r.source_offset);
+  w.varint(r.index);
+  return w.take();
+}
+
+result<outbox_record> decode_outbox(std::string_view v) {
+  reader r(v);
+  outbox_record o;
+  std::uint8_t version = 0;
+  if (!(r.version_in(k_format_version, k_outbox_version, version) && r.str(o.topic) &&
+        r.str(o.message) && r.svarint(o.created_at_ms) && r.str(o.source_scope) &&
+        r.uvar(o.source_partition) && r.varint(o.source_offset) && r.uvar(o.index)))
+    return corrupt("outbox");
+  return o;
 }
 
 std::string encode(const dedup_record& r) {

@@ -49,6 +49,8 @@ struct topic_settings {
   bool key_history = false;
   // Version 4.
   millis replay_window_ms = 0;
+  // Version 5.
+  std::uint8_t ordering = 0;  // 0 = none; 1 = key
   friend bool operator==(const topic_settings&, const topic_settings&) = default;
 };
 
@@ -106,6 +108,19 @@ struct delivery_record {
 
 enum class key_state : std::uint8_t { committed = 1, failed = 2 };
 
+// A message the ack that committed a key produced (a workflow step's next
+// step): where it was stored, or (outbox_seq, pending) until the target
+// shard took it.
+struct produced_ref {
+  std::string topic;
+  std::uint32_t partition = 0;
+  std::uint64_t offset = 0;
+  bool duplicate = false;
+  bool pending = false;
+  std::uint64_t outbox_seq = 0;
+  friend bool operator==(const produced_ref&, const produced_ref&) = default;
+};
+
 // A committed or failed idempotency key. "leased" is not stored here: it is
 // derived from the leased delivery that holds the key.
 struct key_record {
@@ -118,6 +133,9 @@ struct key_record {
   millis committed_at_ms = 0;
   std::string result_json;          // "" when the ack carried no result
   std::uint64_t fencing_token = 0;  // of the delivery that committed or failed it (version 2)
+  // What the committing ack produced, in its order (version 3): a retried
+  // ack answers this list instead of producing again.
+  std::vector<produced_ref> produced;
 };
 
 // Where the newest message with an idempotency key was stored (topics with
@@ -162,6 +180,18 @@ struct history_record {
 };
 inline constexpr std::size_t k_history_max = 64;
 
+// A message in a shard's outbox (meta keys::outbox): produced by an ack on
+// this shard into a topic on another shard, and not taken there yet.
+struct outbox_record {
+  std::string topic;         // the target topic
+  std::string message;       // the message_in, in the log's encoding (broker/log_entry.hpp)
+  millis created_at_ms = 0;
+  std::string source_scope;  // the committing key's idem_key ("" if none)
+  std::uint32_t source_partition = 0;
+  std::uint64_t source_offset = 0;
+  std::uint32_t index = 0;  // its place in the ack's produce list
+};
+
 struct dedup_record {
   millis expires_at_ms = 0;
   std::uint32_t partition = 0;
@@ -188,6 +218,13 @@ std::string partition_start_prefix(topic_id t);
 std::string next_topic_id();
 // A replica's applied position in its shard's log (applied_index_store).
 std::string applied();
+// The outbox (outbox_record by sequence), its next sequence, and the
+// highest sequence this shard took from each source shard's outbox.
+std::string outbox(std::uint64_t seq);
+std::string outbox_prefix();
+std::string outbox_next();
+std::string outbox_high_water(std::uint32_t source);
+result<std::uint64_t> parse_outbox_seq(std::string_view key);
 // The last fencing token handed out by (t, g): never reused.
 std::string fence(topic_id t, group_id g);
 std::string fence_prefix(topic_id t);
@@ -246,6 +283,7 @@ std::string encode(const delivery_record& r);
 std::string encode(const key_record& r);
 std::string encode(const dedup_record& r);
 std::string encode(const latest_record& r);
+std::string encode(const outbox_record& r);
 std::string encode(const history_record& r);
 std::string encode_u64(std::uint64_t v);
 
@@ -256,6 +294,7 @@ result<delivery_record> decode_delivery(std::string_view v);
 result<key_record> decode_key(std::string_view v);
 result<dedup_record> decode_dedup(std::string_view v);
 result<latest_record> decode_latest(std::string_view v);
+result<outbox_record> decode_outbox(std::string_view v);
 result<history_record> decode_history(std::string_view v);
 result<std::uint64_t> decode_u64(std::string_view v);
 

@@ -19,7 +19,7 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
          "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
          "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
          "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
-         "key_conflict", "key_history", "replay_window_ms"},
+         "key_conflict", "key_history", "replay_window_ms", "ordering"},
         [&](std::size_t i, field& f) {
           switch (i) {
             case 0:
@@ -86,9 +86,20 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
             case 17:
               s.key_history = f.boolean();
               break;
-            default:
+            case 18:
               s.replay_window_ms = f.integer(0, k_int_max);
               break;
+            default: {
+              const std::string_view o = f.str();
+              if (o == "none") {
+                s.ordering = topic_settings::ordering_mode::none;
+              } else if (o == "key") {
+                s.ordering = topic_settings::ordering_mode::key;
+              } else {
+                fail(fmt::format("ordering must be \"none\" or \"key\", got \"{}\"", o));
+              }
+              break;
+            }
           }
         });
     if (c.name.empty()) required(r, "name");
@@ -118,7 +129,8 @@ json to_json(const topic_settings& s) {
           {"key_conflict",
            s.key_conflict == topic_settings::conflict::supersede ? "supersede" : "hold"},
           {"key_history", s.key_history},
-          {"replay_window_ms", s.replay_window_ms}};
+          {"replay_window_ms", s.replay_window_ms},
+          {"ordering", s.ordering == topic_settings::ordering_mode::key ? "key" : "none"}};
 }
 
 json to_json(const topic_info& t) {
