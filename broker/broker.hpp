@@ -85,6 +85,11 @@ class broker {
   // On the source: the entries done leave the outbox; stored positions go
   // to the committing key's produced list and history.
   result<void> outbox_done(const outbox_done_cmd& cmd);
+  // Whether produce would store cmd's messages now (errc::not_found for an
+  // unknown topic; else as produce answers), changing nothing: an ack's
+  // messages for this broker's topics, checked before the ack on another
+  // shard writes them to its outbox.
+  result<void> check_produce(const produce_cmd& cmd);
   // Up to max entries still in the outbox, in seq order. Read only.
   result<std::vector<outbox_entry>> outbox_pending(std::size_t max) const;
   outbox_stats outbox_metrics() const;

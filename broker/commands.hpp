@@ -213,7 +213,14 @@ struct step_produced {
   // not stored there yet: outbox_seq names it until it is (then pending is
   // false and partition/offset are set).
   bool pending = false;
+  // Stored, but where is not known: its target had taken it before and the
+  // answer that said where was lost (a restart between the two shards).
+  bool no_position = false;
   std::uint64_t outbox_seq = 0;  // 0: stored in the ack's own transaction
+  // Not ok: its target refused it for good (its topic was deleted after
+  // the ack was checked); it was not stored.
+  errc code = errc::ok;
+  std::string message;
   friend bool operator==(const step_produced&, const step_produced&) = default;
 };
 
@@ -333,7 +340,8 @@ struct key_event {
     produce_committed,
     superseded,
     failed,
-    replayed
+    replayed,
+    produced  // the committing ack produced a message (reason: its topic)
   };
   kind what = kind::leased;
   millis at_ms = 0;

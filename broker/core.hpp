@@ -4,6 +4,7 @@
 // member is a module that owns its own state; commands reach them through
 // this context and change them only by committing a txn.
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ struct core {
   std::set<std::string> ready_topics;
   std::vector<std::string> committed_keys;
   millis next_retention_ms = 0;
+  // The outbox (broker/step.hpp): the next sequence to hand out (stored as
+  // keys::outbox_next in the batch of the ack that takes it), and the
+  // records still in it, by sequence, with their creation time.
+  std::uint64_t outbox_next = 1;
+  std::map<std::uint64_t, millis> outbox;
 };
 
 }  // namespace onceq

@@ -10,6 +10,7 @@
 #include "broker/dedup.hpp"
 #include "broker/delivery.hpp"
 #include "broker/errors.hpp"
+#include "broker/produce.hpp"
 #include "broker/key_source.hpp"
 #include "broker/key_table.hpp"
 #include "broker/retention.hpp"
@@ -22,12 +23,15 @@ using st::column;
 
 namespace {
 
-result<void> validate_message(const message_in& m, std::size_t i, std::size_t n,
-                              std::size_t partitions, millis now, const broker_options& opts) {
+// Where message i of n is, in errors: "" for a single message.
+std::string where_of(std::size_t n, std::size_t i) {
+  return n == 1 ? std::string() : fmt::format("messages[{}].", i);
+}
+
+result<void> validate_message(const message_in& m, std::string_view prefix, std::size_t partitions,
+                              millis now, const broker_options& opts) {
   constexpr auto k_max_ms = std::numeric_limits<std::int64_t>::max() / 4;
-  auto where = [&](std::string_view field) {
-    return n == 1 ? std::string(field) : fmt::format("messages[{}].{}", i, field);
-  };
+  auto where = [&](std::string_view field) { return fmt::format("{}{}", prefix, field); };
   if (m.value.empty()) return invalid(where("value") + " must be a non-empty string");
   if (m.partition_override &&
       (*m.partition_override < 0 || *m.partition_override >= static_cast<std::int64_t>(partitions)))
@@ -96,15 +100,27 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   ONCEQ_TRY(validate_topic_name(cmd.topic));
   auto* tp = c.topics.find(cmd.topic);
   if (tp == nullptr) return invalid(fmt::format("unknown topic '{}'", cmd.topic));
-  auto& t = *tp;
   if (cmd.messages.empty() || cmd.messages.size() > c.opts.max_batch)
     return invalid(fmt::format("a produce carries 1..{} messages", c.opts.max_batch));
   ONCEQ_TRY(writable());
-  const auto now = c.time.now_ms();
-  for (std::size_t i = 0; i < cmd.messages.size(); ++i)
-    ONCEQ_TRY(
-        validate_message(cmd.messages[i], i, cmd.messages.size(), t.parts.size(), now, c.opts));
+  txn tx;
+  auto reply = stage_produce(c, *tp, cmd, c.time.now_ms(), tx);
+  if (!reply.ok()) return reply;
+  ONCEQ_TRY(tx.commit(c.store));
+  return reply;
+}
 
+result<void> validate_produced_message(const message_in& m, std::string_view where, millis now,
+                                       const broker_options& opts) {
+  return validate_message(m, where, k_max_partitions, now, opts);
+}
+
+result<produce_reply> stage_produce(core& c, topic& t, const produce_cmd& cmd, millis now,
+                                    txn& tx) {
+  auto* tp = &t;
+  for (std::size_t i = 0; i < cmd.messages.size(); ++i)
+    ONCEQ_TRY(validate_message(cmd.messages[i], where_of(cmd.messages.size(), i), t.parts.size(),
+                               now, c.opts));
   const auto& s = t.rec.settings;
   if (cmd.skip_if_committed.size() > k_max_skip_groups)
     return invalid(fmt::format("skip_if_committed holds at most {} groups", k_max_skip_groups));
@@ -140,7 +156,6 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
   // committed nothing).
   std::vector<std::pair<std::string, const group_state*>> skip;
   for (const auto& name : cmd.skip_if_committed) skip.emplace_back(name, t.find_group(name));
-  txn tx;
   produce_reply reply;
   reply.results.reserve(cmd.messages.size());
   std::vector<std::pair<produced, st::message_record>> fresh;
@@ -225,7 +240,6 @@ result<produce_reply> broker::produce(const produce_cmd& cmd) {
     tp->produce_already_committed += already;
     if (!fresh.empty()) c.ready_topics.insert(tp->rec.name);
   });
-  ONCEQ_TRY(tx.commit(c.store));
   return reply;
 }
 

@@ -1,5 +1,7 @@
 #include "broker/recovery.hpp"
 
+#include "broker/step.hpp"
+
 #include <limits>
 #include <optional>
 
@@ -165,6 +167,7 @@ result<void> recover(core& c) {
     ONCEQ_TRY(recover_groups(c, t));
     ONCEQ_TRY(recover_deliveries(c, t, now));
   }
+  ONCEQ_TRY(recover_outbox(c));
   c.ready_topics.clear();
   return {};
 }

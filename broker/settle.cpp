@@ -9,6 +9,8 @@
 #include "broker/core.hpp"
 #include "broker/delivery.hpp"
 #include "broker/errors.hpp"
+#include "broker/key_table.hpp"
+#include "broker/step.hpp"
 #include "broker/validation.hpp"
 
 namespace onceq {
@@ -25,19 +27,45 @@ result<T> rejected(core& c, txn& tx, error e) {
   return e;
 }
 
+// The group an ack batch names, if it exists (to count a rejection after
+// its staged changes were rolled back).
+group_state* loc_group(core& c, const ack_batch_cmd& cmd) {
+  auto* t = c.topics.find(cmd.topic);
+  return t == nullptr ? nullptr : t->find_group(cmd.group);
+}
+
+// What the ack that committed the key of the message at pos produced, if
+// the key is committed by that delivery (fencing_token) and says.
+result<std::optional<std::vector<step_produced>>> produced_by(core& c, const topic& t,
+                                                              const group_state& g, position pos,
+                                                              std::uint64_t fencing_token,
+                                                              millis now) {
+  using answer = std::optional<std::vector<step_produced>>;
+  auto m = t.parts[pos.partition].read(c.store, pos.offset);
+  if (!m.ok()) return m.code() == errc::not_found ? result<answer>(answer{}) : std::move(m).err();
+  const auto scope = scope_of(t, g, *m);
+  if (scope.empty()) return answer{};
+  auto k = key_table::live(c.store, scope, now);
+  if (!k.ok()) return k.code() == errc::not_found ? result<answer>(answer{}) : std::move(k).err();
+  if (k->state != st::key_state::committed || k->partition != pos.partition ||
+      k->offset != pos.offset || k->fencing_token != fencing_token)
+    return answer{};
+  return answer{step_produced_of(k->produced)};
+}
+
 }  // namespace
 
-result<void> broker::ack(const ack_cmd& cmd) {
+result<ack_outcome> broker::ack(const ack_cmd& cmd) {
   ack_batch_cmd batch{cmd.ref.topic,
                       cmd.ref.group,
                       cmd.ref.owner,
                       {ack_item{cmd.ref.partition, cmd.ref.offset, cmd.ref.attempts,
-                                cmd.result_json, cmd.ref.fencing_token}}};
+                                cmd.result_json, cmd.ref.fencing_token, cmd.produce}}};
   auto r = ack_batch(batch);
   if (!r.ok()) return std::move(r).err();
   auto& o = r->front();
   if (o.code != errc::ok) return make_error(o.code, o.message);
-  return {};
+  return std::move(o);
 }
 
 result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
@@ -56,9 +84,10 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   std::set<position> acked;
   std::set<std::string> committed;
   for (const auto& a : cmd.acks) {
-    ack_outcome o{a.partition, a.offset, errc::ok, {}};
+    ack_outcome o{a.partition, a.offset, errc::ok, {}, {}};
     delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
                      a.offset,  a.attempts, a.fencing_token};
+    const auto sp = tx.mark();
     auto one = [&]() -> result<void> {
       auto loc = locate(c, ref, tx);
       if (!loc.ok()) return std::move(loc).err();
@@ -75,8 +104,16 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
           auto d = st::decode_delivery(*v);
           if (d.ok() && d->state == st::delivery_state::acked && d->owner == cmd.owner &&
               (!a.attempts || *a.attempts == d->attempts) &&
-              (!a.fencing_token || *a.fencing_token == d->fencing_token))
+              (!a.fencing_token || *a.fencing_token == d->fencing_token)) {
+            // A repeat of an ack that produced: what it produced, if the
+            // key's commit says (nothing is produced again).
+            if (!a.produce.empty()) {
+              auto list = produced_by(c, *t, *g, pos, d->fencing_token, now);
+              if (!list.ok()) return std::move(list).err();
+              o.produced = std::move(*list);
+            }
             return {};
+          }
         }
         return reject_stale(*g, tx,
                             "the delivery is no longer open (acked by another delivery, "
@@ -84,6 +121,16 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       }
       const auto& d = *loc->d;
       ONCEQ_TRY(check_holder(*loc, ref, tx));
+      // The step's next messages, in this txn (refused: the ack too).
+      std::vector<step_produced> made;
+      if (!a.produce.empty()) {
+        if (!d.scope.empty() && committed.count(d.scope))
+          return reject_stale(*g, tx,
+                              "the message's idempotency key was committed by another delivery");
+        auto staged = stage_steps(c, a.produce, step_source{d.scope, pos}, now, tx);
+        if (!staged.ok()) return std::move(staged).err();
+        made = std::move(*staged);
+      }
       if (!d.scope.empty()) {
         // While this delivery holds the key's lease nobody else can commit
         // it (and it was not committed when delivered): only a lapsed
@@ -103,13 +150,22 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         // d's owner is cmd.owner: check_holder passed.
         st::key_record kr = key_record_of(*t, d, pos, st::key_state::committed, now);
         kr.result_json = a.result_json;
+        kr.produced = produced_refs(made);
         auto ttl = key_ttl_of(*t, d);
         tx.batch().put(column::keys, d.scope, st::encode(kr));
         committed.insert(d.scope);
         auto ev = delivery_event(st::history_kind::committed, now, pos, d);
         ev.result_bytes = a.result_json.size();
         note_history(tx, *t, d.scope, ttl, std::move(ev));
+        for (const auto& p : made) {
+          if (p.pending) continue;  // noted when its target shard takes it
+          auto pe = history_event_at(st::history_kind::produced, now,
+                                     position{p.partition, p.offset});
+          pe.reason = p.topic;
+          note_history(tx, *t, d.scope, ttl, std::move(pe));
+        }
       }
+      if (!a.produce.empty()) o.produced = std::move(made);
       // Kept (until retention) so that the same owner's repeated ack is a no-op.
       auto rec = d.record();
       rec.state = st::delivery_state::acked;
@@ -131,10 +187,18 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
     if (!r.ok()) {
       // A failed read fails the whole batch: nothing of it is applied.
       if (r.code() != errc::failed_precondition && r.code() != errc::invalid_argument &&
-          r.code() != errc::not_found)
+          r.code() != errc::not_found && r.code() != errc::resource_exhausted)
         return std::move(r).err();
+      // This ack is refused whole: none of what it staged is written (its
+      // rejection still counts).
+      const bool stale = r.code() == errc::failed_precondition;
+      tx.rollback(sp);
+      if (stale) tx.then([g = loc_group(c, cmd)] {
+        if (g != nullptr) ++g->stats.stale_acks_rejected;
+      });
       o.code = r.code();
       o.message = r.err().message;
+      o.produced.reset();
     }
     out.push_back(std::move(o));
   }

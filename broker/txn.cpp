@@ -16,6 +16,35 @@ std::uint64_t txn::peek_offset(const partition_log& p) const {
   return it == next_.end() ? p.next : it->second;
 }
 
+txn::savepoint txn::mark() const {
+  savepoint s{batch_.size(), effects_.size(), new_topics_.size(), next_, counters_, {}};
+  for (const auto& [key, h] : history_) s.history.emplace(key, std::make_pair(h.events.size(), h.expires_at));
+  return s;
+}
+
+void txn::rollback(const savepoint& s) {
+  batch_.truncate(s.ops);
+  effects_.resize(s.effects);
+  new_topics_.resize(s.new_topics);
+  next_ = s.next;
+  counters_ = s.counters;
+  for (auto it = history_.begin(); it != history_.end();) {
+    auto was = s.history.find(it->first);
+    if (was == s.history.end()) {
+      it = history_.erase(it);
+    } else {
+      it->second.events.resize(was->second.first);
+      it->second.expires_at = was->second.second;
+      ++it;
+    }
+  }
+}
+
+std::uint64_t txn::take(std::uint64_t& counter) {
+  auto [it, fresh] = counters_.try_emplace(&counter, counter);
+  return it->second++;
+}
+
 void txn::record(std::string history_key, millis expires_at, storage::history_event ev) {
   auto& h = history_[std::move(history_key)];
   h.expires_at = expires_at;
@@ -54,6 +83,8 @@ result<void> txn::commit(storage::store& store) {
     if (!r.ok()) return storage_unavailable("storage write failed: " + r.err().message);
   }
   for (auto& [p, next] : next_) p->next = next;
+  for (auto& [counter, next] : counters_) *counter = next;
+  counters_.clear();
   for (auto& fn : effects_) fn();
   effects_.clear();
   next_.clear();

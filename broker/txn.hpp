@@ -53,12 +53,29 @@ class txn {
   std::uint64_t append_offset(partition_log& p);
   // The next free offset of p without taking it.
   std::uint64_t peek_offset(const partition_log& p) const;
+  // The next value of a counter kept in memory (the outbox's sequence) as
+  // this txn sees it: commit() moves counter past every value taken here.
+  std::uint64_t take(std::uint64_t& counter);
 
   // Topics this txn creates (topic_registry::create), which the registry
   // gets only when the commit succeeds: the command's later steps find them
   // here (a second dead letter into the DLQ the first one creates).
   void note_new_topic(topic& t) { new_topics_.push_back(&t); }
   const std::vector<topic*>& new_topics() const noexcept { return new_topics_; }
+
+  // What the txn holds now, to go back to: a command that refuses one part
+  // of itself (one entry of an ack batch) after staging some of it.
+  struct savepoint {
+    std::size_t ops = 0;
+    std::size_t effects = 0;
+    std::size_t new_topics = 0;
+    std::unordered_map<partition_log*, std::uint64_t> next;
+    std::unordered_map<std::uint64_t*, std::uint64_t> counters;
+    std::map<std::string, std::pair<std::size_t, millis>> history;  // events, expiry
+  };
+  savepoint mark() const;
+  // Drops everything staged after s was taken.
+  void rollback(const savepoint& s);
 
   // Writes the batch (nothing when it is empty), then applies the memory
   // side. errc::unavailable with a retry hint when the store refused.
@@ -68,6 +85,7 @@ class txn {
   storage::batch batch_;
   std::vector<std::function<void()>> effects_;
   std::unordered_map<partition_log*, std::uint64_t> next_;
+  std::unordered_map<std::uint64_t*, std::uint64_t> counters_;
   std::vector<topic*> new_topics_;  // owned by their effects until the commit
   struct pending_history {
     millis expires_at = 0;

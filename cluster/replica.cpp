@@ -24,18 +24,24 @@ std::string_view topic_of(const log_command& cmd) {
   return std::visit(
       [](const auto& c) -> std::string_view {
         using T = std::decay_t<decltype(c)>;
-        if constexpr (std::is_same_v<T, produce_cmd> || std::is_same_v<T, consume_cmd> ||
-                      std::is_same_v<T, ack_batch_cmd>) {
+        if constexpr (std::is_same_v<T, ack_batch_cmd>) {
+          // Acks that produce wake the consumers of every topic.
+          for (const auto& a : c.acks)
+            if (!a.produce.empty()) return {};
+          return c.topic;
+        } else if constexpr (std::is_same_v<T, ack_cmd>) {
+          return c.produce.empty() ? std::string_view(c.ref.topic) : std::string_view();
+        } else if constexpr (std::is_same_v<T, produce_cmd> || std::is_same_v<T, consume_cmd>) {
           return c.topic;
         } else if constexpr (std::is_same_v<T, create_topic_cmd> ||
                              std::is_same_v<T, delete_topic_cmd>) {
           return c.name;
-        } else if constexpr (std::is_same_v<T, ack_cmd> || std::is_same_v<T, extend_cmd>) {
+        } else if constexpr (std::is_same_v<T, extend_cmd>) {
           return c.ref.topic;
         } else if constexpr (std::is_same_v<T, consume_after_acks_cmd>) {
           return c.consume.topic;
         } else {
-          return {};  // tick; nack, redrive, replay move messages between topics
+          return {};  // tick; nack, redrive, replay, the outbox: several topics
         }
       },
       cmd);

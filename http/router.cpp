@@ -142,6 +142,8 @@ router::router(shard_set& shards, const clock& time, http_options opts, authenti
   }
   labels_.emplace_back(k_unmatched);
   metrics_ = std::make_unique<http_metrics>(labels_);
+  relay_ = std::make_unique<outbox_relay>(shards_);
+  relay_->start();
 }
 
 router::~router() = default;
@@ -170,6 +172,15 @@ shard& router::route(call& c, std::string_view topic) {
 std::optional<error> router::deny_topic(const call& c, std::string_view topic) const {
   if (auth_ == nullptr || c.grant.may_use(topic)) return std::nullopt;
   return auth_->deny_topic(c.grant, topic);
+}
+
+std::optional<error> router::deny_produce(const call& c, std::string_view topic) const {
+  if (auth_ == nullptr || c.grant.token == nullptr) return std::nullopt;
+  if (!c.grant.token->has(scope::produce))
+    return make_error(errc::permission_denied,
+                      fmt::format("token '{}' lacks the scope 'produce' an ack's produce needs",
+                                  c.grant.token->name));
+  return deny_topic(c, topic);
 }
 
 response router::error_response(const error& e, unsigned version,

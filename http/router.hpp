@@ -41,6 +41,8 @@
 #include "http/message.hpp"
 #include "http/metrics.hpp"
 #include "http/options.hpp"
+#include "http/codec.hpp"
+#include "shard/outbox_relay.hpp"
 #include "shard/shard_set.hpp"
 
 namespace onceq::http {
@@ -179,6 +181,11 @@ class router {
   void consume(pending_ptr p);
   asio::awaitable<reply> consume_stream_head(call& c, consume_request cr);
   void ack(pending_ptr p);
+  // An ack that produces (a workflow step, router_steps.cpp): its targets
+  // checked, the ack, and the wait for its messages on other shards.
+  void ack_steps(pending_ptr p, ack_request ar, shard& owner);
+  // The 403 when the request's token may not produce into topic.
+  std::optional<error> deny_produce(const call& c, std::string_view topic) const;
   asio::awaitable<reply> keys(call& c);
   // nack, extend, key history, redrive, replay: one shape (router.cpp).
   template <class Route>
@@ -207,6 +214,9 @@ class router {
   // route index -> its pattern's segments (views of the static pattern)
   std::vector<std::vector<std::string_view>> route_segments_;
   std::unique_ptr<http_metrics> metrics_;
+  // Carries acks' messages to other shards (workflow steps). Last: its
+  // thread stops first.
+  std::unique_ptr<outbox_relay> relay_;
 };
 
 }  // namespace onceq::http

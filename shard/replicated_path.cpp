@@ -99,18 +99,20 @@ void replicated_path::on_applied(log_tag tag, std::string_view topic) {
     case log_tag::nack:
     case log_tag::redrive:
     case log_tag::replay:
+    case log_tag::outbox_append:
       consumers = true;
       break;
     case log_tag::tick:
-      consumers = keys = true;
-      break;
+    // An ack frees the next message of its key (ordering "key") and may
+    // produce a workflow step's next messages.
     case log_tag::ack:
     case log_tag::ack_batch:
     case log_tag::consume_after_acks:
-      keys = true;
+      consumers = keys = true;
       break;
     case log_tag::consume:
     case log_tag::extend:
+    case log_tag::outbox_done:
       break;
   }
   if (!consumers && !keys) return;

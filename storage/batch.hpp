@@ -50,6 +50,15 @@ class batch {
     ops_.clear();
     bytes_ = 0;
   }
+  // Drops every mutation after the first n (a command undoing its last
+  // steps before anything was written).
+  void truncate(std::size_t n) {
+    while (ops_.size() > n) {
+      const auto& o = ops_.back();
+      bytes_ -= o.key.size() + o.value.size();
+      ops_.pop_back();
+    }
+  }
 
  private:
   std::vector<op> ops_;

@@ -209,6 +209,9 @@ std::string latest_of(std::string_view idem_key) {
   for (std::size_t i = 4; i < 8 && i < k.size(); ++i) k[i] = 0;
   return k;
 }
+topic_id topic_of(std::string_view idem_key) {
+  return idem_key.size() < 8 ? 0 : get_be32(idem_key);
+}
 std::string topic_history_of(std::string_view idem_key) {
   return history_of(latest_of(idem_key));
 }
@@ -433,7 +436,8 @@ std::string encode(const key_record& r) {
     w.str(p.topic);
     w.varint(p.partition);
     w.varint(p.offset);
-    w.byte(static_cast<std::uint8_t>((p.duplicate ? 1 : 0) | (p.pending ? 2 : 0)));
+    w.byte(static_cast<std::uint8_t>((p.duplicate ? 1 : 0) | (p.pending ? 2 : 0) |
+                                     (p.no_position ? 4 : 0)));
     w.varint(p.outbox_seq);
   }
   return w.take();
@@ -456,10 +460,11 @@ result<key_record> decode_key(std::string_view v) {
     for (auto& p : k.produced) {
       std::uint8_t flags = 0;
       if (!(r.str(p.topic) && r.uvar(p.partition) && r.varint(p.offset) && r.byte(flags) &&
-            flags <= 3 && r.varint(p.outbox_seq)))
+            flags <= 7 && r.varint(p.outbox_seq)))
         return corrupt("key");
       p.duplicate = (flags & 1) != 0;
       p.pending = (flags & 2) != 0;
+      p.no_position = (flags & 4) != 0;
     }
   }
   k.expires_at_ms = static_cast<millis>(exp);
@@ -553,7 +558,7 @@ result<history_record> decode_history(std::string_view v) {
   h.events.resize(n);
   for (auto& e : h.events) {
     std::uint8_t kind = 0;
-    if (!(r.byte(kind) && kind >= 1 && kind <= 10 && r.svarint(e.at_ms) && r.str(e.owner) &&
+    if (!(r.byte(kind) && kind >= 1 && kind <= 11 && r.svarint(e.at_ms) && r.str(e.owner) &&
           r.uvar(e.partition) && r.uvar(e.offset) && r.svarint(e.attempts) &&
           r.varint(e.fencing_token) && r.str(e.reason) && r.varint(e.result_bytes)))
       return corrupt("history");

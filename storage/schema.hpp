@@ -117,6 +117,9 @@ struct produced_ref {
   std::uint64_t offset = 0;
   bool duplicate = false;
   bool pending = false;
+  // Stored by its target, which could not say where (it had taken the
+  // entry before, and its answer was lost): partition/offset are unknown.
+  bool no_position = false;
   std::uint64_t outbox_seq = 0;
   friend bool operator==(const produced_ref&, const produced_ref&) = default;
 };
@@ -159,6 +162,7 @@ enum class history_kind : std::uint8_t {
   superseded = 8,            // a waiting message replaced by a newer one
   failed = 9,                // attempts used up: dead-lettered
   replayed = 10,             // made pending again by POST /v1/replay
+  produced = 11,             // the committing ack produced a message: reason names its topic
 };
 // Nine fields, several of one integer type: set them by name (the broker's
 // history_event_at / delivery_event), never by position.
@@ -244,6 +248,8 @@ std::string key_history(topic_id t, group_id g, std::string_view tenant, std::st
 std::string history_of(std::string_view idem_key);
 std::string latest_of(std::string_view idem_key);
 std::string topic_history_of(std::string_view idem_key);  // key_history with group 0
+// The topic of an idem_key (0 for a key too short to be one).
+topic_id topic_of(std::string_view idem_key);
 // dedup
 std::string dedup(topic_id t, std::string_view id);
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "broker/limits.hpp"
 #include "http/codec/detail.hpp"
 #include "http/json_write.hpp"
 
@@ -10,6 +11,32 @@ namespace onceq::http {
 using namespace codec_detail;  // the codec's shared readers
 
 namespace {
+
+// [{"topic":..,"partition":..,"offset":..,"duplicate":..,"status":"stored"}, ...]; a message
+// its target shard has not taken yet: {"topic":..,"status":"pending"}; one
+// stored where is not known: {"topic":..,"status":"stored"}.
+void append_produced(std::string& out, const std::vector<step_produced>& list) {
+  out += '[';
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const auto& p = list[i];
+    if (i > 0) out += ',';
+    out += R"({"topic":)";
+    append_json_string(out, p.topic);
+    if (p.pending) {
+      out += R"(,"status":"pending"})";
+      continue;
+    }
+    if (!p.no_position) {
+      out += R"(,"partition":)";
+      append_json_int(out, p.partition);
+      out += R"(,"offset":)";
+      append_json_int(out, p.offset);
+      out += p.duplicate ? R"(,"duplicate":true)" : R"(,"duplicate":false)";
+    }
+    out += R"(,"status":"stored"})";
+  }
+  out += ']';
+}
 
 // The delivery a consumer names (ack, nack, extend): the fields of
 // delivery_ref. take() reads one if it is one of them.
@@ -52,6 +79,25 @@ struct ref_reader {
   }
 };
 
+// An ack's produce list: messages shaped like a single produce body.
+std::vector<step_message> step_messages_of(field& f) {
+  std::vector<step_message> out;
+  f.objects(k_max_step_messages, [&](std::size_t, reader& r) {
+    step_message s;
+    r.each({"topic", "key", "value", "envelope"}, [&](std::size_t i, field& x) {
+      if (i == 0) {
+        s.topic = topic_of(x);
+      } else {
+        read_message_field(i - 1, x, s.message);
+      }
+    });
+    if (s.topic.empty()) required(r, "topic");
+    if (s.message.value.empty()) required(r, "value");
+    out.push_back(std::move(s));
+  });
+  return out;
+}
+
 // open, the outcomes as a JSON array (one object per ack, in order), close.
 std::string ack_outcomes_in(std::string_view open, const std::vector<ack_outcome>& outcomes,
                             std::string_view close) {
@@ -72,6 +118,10 @@ std::string ack_outcomes_in(std::string_view open, const std::vector<ack_outcome
     append_json_int(out, o.offset);
     out += R"(,"partition":)";
     append_json_int(out, o.partition);
+    if (o.produced) {
+      out += R"(,"produced":)";
+      append_produced(out, *o.produced);
+    }
     out += o.code == errc::ok ? R"(,"status":"acked"})" : R"(,"status":"error"})";
   }
   out += ']';
@@ -88,7 +138,7 @@ std::vector<ack_item> ack_items_of(field& f) {
   f.objects(k_max_batch, [&](std::size_t, reader& a) {
     ack_item item;
     bool partition = false, offset = false;
-    a.each({"partition", "offset", "attempts", "result", "fencing_token"},
+    a.each({"partition", "offset", "attempts", "result", "fencing_token", "produce"},
            [&](std::size_t k, field& x) {
              switch (k) {
                case 0:
@@ -105,8 +155,11 @@ std::vector<ack_item> ack_items_of(field& f) {
                case 3:
                  item.result_json = x.json();
                  break;
-               default:
+               case 4:
                  item.fencing_token = token_of(x);
+                 break;
+               default:
+                 item.produce = step_messages_of(x);
                  break;
              }
            });
@@ -127,8 +180,9 @@ result<ack_request> parse_ack(const params& p) {
     std::string_view first_single;  // the single form's first own field, if any
     ack_batch_cmd b;
     bool batch = false;
+    std::vector<step_message> produce;
     r.each({"topic", "group", "owner", "acks", "partition", "offset", "attempts", "result",
-            "fencing_token"},
+            "fencing_token", "produce"},
            [&](std::size_t i, field& f) {
              if (i < 3) {
                single.take(f);
@@ -145,6 +199,8 @@ result<ack_request> parse_ack(const params& p) {
              if (first_single.empty()) first_single = f.name();
              if (i == 7) {
                result_json = f.json();
+             } else if (i == 9) {
+               produce = step_messages_of(f);
              } else {
                single.take(f);
              }
@@ -161,6 +217,7 @@ result<ack_request> parse_ack(const params& p) {
     ack_cmd c;
     c.ref = single.done(r);
     c.result_json = std::move(result_json);
+    c.produce = std::move(produce);
     return c;
   });
 }
@@ -216,6 +273,13 @@ result<extend_cmd> parse_extend(const params& p) {
 
 std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
   return ack_outcomes_in(R"({"results":)", outcomes, "}");
+}
+
+std::string ack_produced_json(const ack_outcome& o) {
+  std::string out = R"({"produced":)";
+  append_produced(out, o.produced ? *o.produced : std::vector<step_produced>{});
+  out += R"(,"status":"acked"})";
+  return out;
 }
 
 std::string consumed_acks_line(const std::vector<ack_outcome>& outcomes) {

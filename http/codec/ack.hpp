@@ -27,6 +27,8 @@ result<extend_cmd> parse_extend(const params& p);
 std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes);
 // The first line of a consume that carried acks: {"acks":[...]} (the same
 // items as ack_outcomes_json's), then '\n'.
+// A single ack that produced: {"produced":[...],"status":"acked"}.
+std::string ack_produced_json(const ack_outcome& o);
 std::string consumed_acks_line(const std::vector<ack_outcome>& outcomes);
 
 }  // namespace onceq::http

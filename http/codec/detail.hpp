@@ -58,5 +58,8 @@ std::uint64_t token_of(field& f);
 // objects of partition, offset and the optional fences and result
 // (http/codec/ack.cpp).
 std::vector<ack_item> ack_items_of(field& f);
+// One field of a message (produce, an ack's produce list): 0 key, 1 value,
+// 2 envelope.
+void read_message_field(std::size_t i, field& f, message_in& m);
 
 }  // namespace onceq::http::codec_detail

@@ -12,7 +12,7 @@ using namespace codec_detail;  // the codec's shared readers
 namespace {
 
 // Indexed by key_event::kind's values, in declaration order.
-constexpr std::array<std::string_view, 10> k_event_names = {"leased",
+constexpr std::array<std::string_view, 11> k_event_names = {"leased",
                                                             "lease_expired",
                                                             "nacked",
                                                             "committed",
@@ -21,8 +21,9 @@ constexpr std::array<std::string_view, 10> k_event_names = {"leased",
                                                             "produce_already_committed",
                                                             "superseded",
                                                             "failed",
-                                                            "replayed"};
-static_assert(static_cast<std::size_t>(key_event::kind::replayed) + 1 == k_event_names.size());
+                                                            "replayed",
+                                                            "produced"};
+static_assert(static_cast<std::size_t>(key_event::kind::produced) + 1 == k_event_names.size());
 
 std::string_view to_string(key_event::kind k) {
   const auto i = static_cast<std::size_t>(k);
@@ -123,6 +124,11 @@ json to_json(const key_history& h) {
     switch (e.what) {
       case key_event::kind::produce_committed:
         break;
+      case key_event::kind::produced:  // reason: the topic the step produced into
+        j["topic"] = e.reason;
+        j["partition"] = e.partition;
+        j["offset"] = e.offset;
+        break;
       case key_event::kind::produce_duplicate:
       case key_event::kind::duplicate_auto_acked:
       case key_event::kind::superseded:
@@ -138,7 +144,7 @@ json to_json(const key_history& h) {
         j["fencing_token"] = e.fencing_token;
         break;
     }
-    if (!e.reason.empty()) j["reason"] = e.reason;
+    if (!e.reason.empty() && e.what != key_event::kind::produced) j["reason"] = e.reason;
     if (e.what == key_event::kind::committed) j["result_bytes"] = e.result_bytes;
     events.push_back(std::move(j));
   }

@@ -73,6 +73,10 @@ void read_envelope(field& f, message_in& m) {
   });
 }
 
+}  // namespace
+
+namespace codec_detail {
+
 // One field of a message: 0 key, 1 value, 2 envelope.
 void read_message_field(std::size_t i, field& f, message_in& m) {
   switch (i) {
@@ -88,6 +92,10 @@ void read_message_field(std::size_t i, field& f, message_in& m) {
       break;
   }
 }
+
+}  // namespace codec_detail
+
+namespace {
 
 message_in read_message(reader& r) {
   message_in m;

@@ -230,8 +230,8 @@ TEST_F(BrokerTest, AckBatchReportsEachAck) {
   ack_batch_cmd cmd{"t",
                     "g",
                     "a",
-                    {ack_item{0, d[0].offset, {}, {}, {}}, ack_item{0, 99, {}, {}, {}},
-                     ack_item{0, d[1].offset, 7, {}, {}}}};
+                    {ack_item{0, d[0].offset, {}, {}, {}, {}}, ack_item{0, 99, {}, {}, {}, {}},
+                     ack_item{0, d[1].offset, 7, {}, {}, {}}}};
   auto r = b().ack_batch(cmd);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->size(), 3u);

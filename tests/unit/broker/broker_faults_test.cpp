@@ -170,11 +170,11 @@ errc do_consume_new_group(world& w) {
   return code_of(w.b->consume(consume_cmd{"t", "other", "a", std::nullopt, 10, {}}));
 }
 errc do_ack(world& w) {
-  return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})"}));
+  return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})", {}}));
 }
 errc do_ack_batch(world& w) {
   return code_of(
-      w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, "", {}}, {0, 0, 1, "", {}}}}));
+      w.b->ack_batch(ack_batch_cmd{"t", "g", "a", {{0, 0, 1, "", {}, {}}, {0, 0, 1, "", {}, {}}}}));
 }
 errc do_nack(world& w) {
   return code_of(w.b->nack(nack_cmd{k_ref, "boom", std::nullopt}));
@@ -371,7 +371,7 @@ void committed_one(world& w) {
   w.create("t", history_settings());
   w.produce("t", "x", "k1", "m1");
   ASSERT_EQ(w.consume("t", "g", "a").size(), 1u);
-  ASSERT_TRUE(w.b->ack(ack_cmd{k_ref, R"({"ok":1})"}).ok());
+  ASSERT_TRUE(w.b->ack(ack_cmd{k_ref, R"({"ok":1})", {}}).ok());
 }
 errc do_produce_skip_committed(world& w) {
   message_in m;
@@ -391,7 +391,7 @@ errc do_produce_duplicate(world& w) {
 errc do_ack_fenced(world& w) {
   auto ref = k_ref;
   ref.fencing_token = 1;
-  return code_of(w.b->ack(ack_cmd{ref, R"({"ok":1})"}));
+  return code_of(w.b->ack(ack_cmd{ref, R"({"ok":1})", {}}));
 }
 
 TEST(BrokerFaults, FencedAckWithHistoryIsAtomic) {
@@ -434,7 +434,7 @@ void acked_in_window(world& w) {
   ASSERT_EQ(got.size(), 2u);
   for (const auto& d : got)
     ASSERT_TRUE(
-        w.b->ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, ""}).ok());
+        w.b->ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, "", {}}).ok());
 }
 replay_cmd replay_of(bool dry_run) {
   replay_cmd c;
@@ -471,7 +471,7 @@ TEST(BrokerFaults, ADryRunWorksWhileTheStoreRefusesWrites) {
 TEST(BrokerFaults, ReadsWorkWhileTheStoreRefusesWrites) {
   world w;
   leased_one(w);
-  ASSERT_TRUE(w.b->ack(ack_cmd{k_ref, R"({"r":1})"}).ok());
+  ASSERT_TRUE(w.b->ack(ack_cmd{k_ref, R"({"r":1})", {}}).ok());
   w.store.fail_writes(true);
   ASSERT_EQ(do_produce(w), errc::unavailable);
   EXPECT_EQ(w.b->list_topics().size(), 1u);

@@ -43,7 +43,7 @@ double run(bool history) {
     auto d = b.consume(consume_cmd{"t", "g", "w", {}, k_batch, {}});
     EXPECT_TRUE(d.ok());
     ack_batch_cmd a{"t", "g", "w", {}};
-    for (const auto& x : *d) a.acks.push_back(ack_item{x.partition, x.offset, {}, {}, {}});
+    for (const auto& x : *d) a.acks.push_back(ack_item{x.partition, x.offset, {}, {}, {}, {}});
     EXPECT_TRUE(b.ack_batch(a).ok());
     clock.advance(1);
   }

@@ -63,7 +63,7 @@ TEST_F(IdempotencyTest, AStaleTokenIsRefusedAndChangesNothing) {
   produce("t", "a", "k1");
   auto d = consume("t", "g", "o", 1).at(0);
   const auto before = b().describe_state();
-  auto bad = ack_cmd{ref(d, "g", "o"), "{}"};
+  auto bad = ack_cmd{ref(d, "g", "o"), "{}", {}};
   bad.ref.fencing_token = d.fencing_token + 1;
   EXPECT_EQ(b().ack(bad).code(), errc::failed_precondition);
   nack_cmd n{ref(d, "g", "o"), "x", std::nullopt};
@@ -76,7 +76,7 @@ TEST_F(IdempotencyTest, AStaleTokenIsRefusedAndChangesNothing) {
   EXPECT_EQ(key("t", "g", "k1").st, key_info::state::leased);
   EXPECT_EQ(key("t", "g", "k1").fencing_token, d.fencing_token);
   // The right token commits, and the committed key keeps it.
-  auto good = ack_cmd{ref(d, "g", "o"), "{}"};
+  auto good = ack_cmd{ref(d, "g", "o"), "{}", {}};
   good.ref.fencing_token = d.fencing_token;
   ASSERT_TRUE(b().ack(good).ok());
   EXPECT_EQ(key("t", "g", "k1").st, key_info::state::committed);
@@ -91,8 +91,8 @@ TEST_F(IdempotencyTest, BatchAckFencesEachItem) {
   auto d = consume("t", "g", "o", 2);
   ASSERT_EQ(d.size(), 2u);
   ack_batch_cmd cmd{"t", "g", "o", {}};
-  cmd.acks.push_back(ack_item{0, d[0].offset, {}, {}, d[0].fencing_token});
-  cmd.acks.push_back(ack_item{0, d[1].offset, {}, {}, d[1].fencing_token + 7});
+  cmd.acks.push_back(ack_item{0, d[0].offset, {}, {}, d[0].fencing_token, {}});
+  cmd.acks.push_back(ack_item{0, d[1].offset, {}, {}, d[1].fencing_token + 7, {}});
   auto r = b().ack_batch(cmd);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0].code, errc::ok);

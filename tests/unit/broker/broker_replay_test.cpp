@@ -80,7 +80,7 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
                                     static_cast<std::uint64_t>(pick(15)),
                                     std::nullopt,
                                     pick(2) ? R"({"ok":true})" : "",
-                                    {}});
+                                    {}, {}});
         log.push_back({now, a});
         break;
       }
@@ -329,7 +329,7 @@ TEST(BrokerReplay, ConsumeAfterAcksAcksFirstAndARefusedBatchConsumesNothing) {
   ASSERT_TRUE(first.ok());
   ASSERT_EQ(std::get<std::vector<delivery>>(*first).size(), 1u);
   // The ack of the first and the consume of the second, in one entry.
-  auto both = apply(consume_after_acks_cmd{ack_batch_cmd{"t", "g", "w", {{0, 0, {}, "", {}}}},
+  auto both = apply(consume_after_acks_cmd{ack_batch_cmd{"t", "g", "w", {{0, 0, {}, "", {}, {}}}},
                                            consume_cmd{"t", "g", "w", 1000, 5, {}}});
   ASSERT_TRUE(both.ok()) << both.err().message;
   const auto& r = std::get<consume_after_acks_reply>(*both);
@@ -338,7 +338,7 @@ TEST(BrokerReplay, ConsumeAfterAcksAcksFirstAndARefusedBatchConsumesNothing) {
   ASSERT_EQ(r.deliveries.size(), 1u);
   EXPECT_EQ(r.deliveries[0].offset, 1u);
   // Acks for a topic that does not exist: refused whole, nothing leased.
-  auto refused = apply(consume_after_acks_cmd{ack_batch_cmd{"nope", "g", "w", {{0, 1, {}, "", {}}}},
+  auto refused = apply(consume_after_acks_cmd{ack_batch_cmd{"nope", "g", "w", {{0, 1, {}, "", {}, {}}}},
                                               consume_cmd{"t", "g", "w2", 1000, 5, {}}});
   ASSERT_FALSE(refused.ok());
   auto still = apply(consume_cmd{"t", "g", "w3", 1000, 5, {}});

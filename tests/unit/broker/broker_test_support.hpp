@@ -74,7 +74,9 @@ class BrokerTest : public ::testing::Test {
   result<void> ack(const delivery& d, const std::string& group, const std::string& owner,
                    std::string result_json = {},
                    std::optional<std::int64_t> attempts = std::nullopt) {
-    return b().ack(ack_cmd{ref(d, group, owner, attempts), std::move(result_json)});
+    auto r = b().ack(ack_cmd{ref(d, group, owner, attempts), std::move(result_json), {}});
+    if (!r.ok()) return std::move(r).err();
+    return {};
   }
 
   result<void> nack(const delivery& d, const std::string& group, const std::string& owner,

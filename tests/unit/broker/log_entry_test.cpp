@@ -67,7 +67,7 @@ delivery_ref full_ref() {
 std::vector<log_entry> every_command() {
   consume_cmd consume{"orders", "billing", "worker-1", 5000, 100, 1'732'000'001'000};
   ack_batch_cmd acks{
-      "orders", "billing", "worker-1", {{1, 2, 3, R"({"ok":true})", 9}, {4, 5, {}, "", {}}}};
+      "orders", "billing", "worker-1", {{1, 2, 3, R"({"ok":true})", 9, {}}, {4, 5, {}, "", {}, {}}}};
   replay_cmd replay;
   replay.topic = "orders";
   replay.group = "billing";
@@ -85,7 +85,7 @@ std::vector<log_entry> every_command() {
       full_produce(),
       consume,
       consume_after_acks_cmd{acks, consume},
-      ack_cmd{full_ref(), R"({"charged":12})"},
+      ack_cmd{full_ref(), R"({"charged":12})", {}},
       acks,
       nack_cmd{full_ref(), "card declined", 500},
       extend_cmd{full_ref(), 30'000},
@@ -149,7 +149,7 @@ TEST(LogEntry, TopicSettingsKeepEveryField) {
 }
 
 TEST(LogEntry, AFencedAckKeepsItsFences) {
-  auto back = decode_entry(encode_entry(log_entry{1, ack_cmd{full_ref(), "r"}}));
+  auto back = decode_entry(encode_entry(log_entry{1, ack_cmd{full_ref(), "r", {}}}));
   ASSERT_TRUE(back.ok()) << back.err().message;
   const auto& a = std::get<ack_cmd>(back->cmd);
   EXPECT_EQ(a.ref.owner, "worker-1");
@@ -229,7 +229,7 @@ TEST(LogEntry, ValuesOutOfRangeAreRefused) {
 
   // A partition past 32 bits.
   std::string ack =
-      encode_entry(log_entry{0, ack_cmd{delivery_ref{"t", "g", "o", 1, 2, {}, {}}, ""}});
+      encode_entry(log_entry{0, ack_cmd{delivery_ref{"t", "g", "o", 1, 2, {}, {}}, "", {}}});
   const std::size_t partition_at = 3 + 6;
   ASSERT_EQ(ack[partition_at], '\x01');
   std::string wide = ack.substr(0, partition_at) + std::string("\x80\x80\x80\x80\x10", 5) +

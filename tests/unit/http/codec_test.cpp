@@ -433,7 +433,7 @@ TEST(CodecTest, ConsumeAcksNeedABatchInABodyAndValidItems) {
 }
 
 TEST(CodecTest, ConsumedAcksLineMatchesTheBatchAckResults) {
-  std::vector<ack_outcome> o{{0, 18, errc::ok, ""}, {3, 5, errc::failed_precondition, "x"}};
+  std::vector<ack_outcome> o{{0, 18, errc::ok, "", {}}, {3, 5, errc::failed_precondition, "x", {}}};
   EXPECT_EQ(consumed_acks_line(o),
             R"({"acks":[{"offset":18,"partition":0,"status":"acked"},)"
             R"({"error":"FAILED_PRECONDITION","offset":5,"partition":3,"status":"error"}]})"
@@ -748,7 +748,7 @@ TEST(CodecTest, KeyInfoReplies) {
 }
 
 TEST(CodecTest, AckOutcomes) {
-  std::vector<ack_outcome> o = {{0, 1, errc::ok, ""}, {3, 2, errc::failed_precondition, "x"}};
+  std::vector<ack_outcome> o = {{0, 1, errc::ok, "", {}}, {3, 2, errc::failed_precondition, "x", {}}};
   const json expected = {
       {"results",
        {{{"partition", 0}, {"offset", 1}, {"status", "acked"}},

@@ -228,7 +228,7 @@ TEST_F(ShardDiskReadsTest, AConsumeCarryingAcksThatMissesMemoryGoesToTheReaderAn
   const auto& d = first[0];
   std::promise<result<consume_after_acks_reply>> p;
   shard_->consume_after_acks(
-      ack_batch_cmd{"t", "g", "o", {ack_item{d.partition, d.offset, d.attempts, "", {}}}},
+      ack_batch_cmd{"t", "g", "o", {ack_item{d.partition, d.offset, d.attempts, "", {}, {}}}},
       consume_cmd{"t", "g", "o", {}, 10, {}}, 0,
       [&p](result<consume_after_acks_reply> r) { p.set_value(std::move(r)); });
   auto r = p.get_future().get();

@@ -131,7 +131,7 @@ TEST_F(ShardTest, KeyWaiterAdoptsTheCommittedResult) {
   auto d = (*got)[0];
   auto acked = call<bool>([d](broker& b) -> result<bool> {
     ONCEQ_TRY(
-        b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, R"({"id":1})"}));
+        b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, R"({"id":1})", {}}));
     return true;
   });
   ASSERT_TRUE(acked.ok());
@@ -450,7 +450,9 @@ TEST_F(ShardLoopTest, AParkedKeyWaiterGetsTheFailedSyncNotCommitted) {
   std::promise<result<void>> ap;
   shard_.execute<void>(
       [d = (*got)[0]](broker& b) {
-        return b.ack(ack_cmd{delivery_ref{"t", "g", "o", d.partition, d.offset, {}, {}}, {}});
+        auto r = b.ack(ack_cmd{delivery_ref{"t", "g", "o", d.partition, d.offset, {}, {}}, {}, {}});
+        if (!r.ok()) return result<void>(std::move(r).err());
+        return result<void>();
       },
       [&ap](result<void> r) { ap.set_value(std::move(r)); });
   EXPECT_EQ(ap.get_future().get().code(), errc::unavailable);

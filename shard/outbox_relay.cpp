@@ -1,0 +1,206 @@
+#include "shard/outbox_relay.hpp"
+
+#include <utility>
+
+#include "base/log.hpp"
+#include "broker/limits.hpp"
+
+namespace onceq {
+
+namespace {
+
+// A target that did not take an entry now, but may later.
+bool retry_later(errc code) {
+  return code == errc::resource_exhausted || code == errc::unavailable ||
+         code == errc::would_block || code == errc::internal;
+}
+
+step_produced outcome_of(const std::string& topic, const outbox_appended& a) {
+  step_produced p;
+  p.topic = topic;
+  p.outbox_seq = a.seq;
+  if (a.code != errc::ok) {
+    p.code = a.code;
+    p.message = a.message;
+    return p;
+  }
+  p.duplicate = a.duplicate;
+  p.no_position = !a.stored && !a.duplicate;
+  p.partition = a.partition;
+  p.offset = a.offset;
+  return p;
+}
+
+}  // namespace
+
+// One pass's answers from its targets, collected until the last one.
+struct outbox_relay::pass_state {
+  std::mutex mu;
+  std::size_t waiting = 0;  // targets not answered yet
+  std::map<std::uint64_t, std::string> topics;
+  std::vector<outbox_appended> done;
+  std::map<std::uint64_t, step_produced> taken;
+  bool more = false;
+};
+
+outbox_relay::outbox_relay(shard_set& shards, deliver_fn deliver)
+    : shards_(shards), deliver_(std::move(deliver)) {
+  if (!deliver_) {
+    deliver_ = [this](std::uint32_t target, outbox_append_cmd cmd,
+                      std::function<void(result<std::vector<outbox_appended>>)> done) {
+      shards_.at(target).submit(std::move(cmd), std::move(done));
+    };
+  }
+  for (std::size_t i = 0; i < shards_.size(); ++i)
+    sources_.push_back(std::make_unique<source_state>());
+}
+
+outbox_relay::~outbox_relay() {
+  stop();
+}
+
+void outbox_relay::start() {
+  std::lock_guard lock(run_mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(run_mu_);
+    while (!stopping_) {
+      run_cv_.wait_for(lock, k_retry_ms, [this] { return stopping_; });
+      if (stopping_) break;
+      lock.unlock();
+      for (std::uint32_t s = 0; s < sources_.size(); ++s) kick(s);
+      lock.lock();
+    }
+  });
+}
+
+void outbox_relay::stop() {
+  {
+    std::lock_guard lock(run_mu_);
+    stopping_ = true;
+  }
+  run_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void outbox_relay::kick(std::uint32_t source) {
+  if (source >= sources_.size()) return;
+  auto& s = *sources_[source];
+  std::uint64_t pass = 0;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.running) {
+      s.again = true;
+      return;
+    }
+    s.running = true;
+    pass = ++s.pass;
+  }
+  run_pass(source, pass);
+}
+
+void outbox_relay::flush(std::uint32_t source, std::vector<std::uint64_t> seqs, flushed_fn done) {
+  if (source >= sources_.size()) {
+    std::map<std::uint64_t, step_produced> none;
+    for (auto seq : seqs) none[seq].pending = true;
+    return done(std::move(none));
+  }
+  auto& s = *sources_[source];
+  {
+    std::lock_guard lock(s.mu);
+    // The pass running now (if any) may have read the outbox before these
+    // entries were in it: the next one answers.
+    s.waiters.push_back(waiter{std::move(seqs), std::move(done), s.pass + 1});
+  }
+  kick(source);
+}
+
+void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass) {
+  shards_.at(source).execute<std::vector<outbox_entry>>(
+      [](broker& b) { return b.outbox_pending(k_max_batch); },
+      [this, source, pass](result<std::vector<outbox_entry>> r) {
+        if (!r.ok() || r->empty()) return end_pass(source, pass, {}, false);
+        auto st = std::make_shared<pass_state>();
+        st->more = r->size() >= k_max_batch;
+        std::map<std::uint32_t, outbox_append_cmd> by_target;
+        for (auto& e : *r) {
+          st->topics.emplace(e.seq, e.msg.topic);
+          auto& cmd = by_target[shards_.of(e.msg.topic).id()];
+          cmd.source = source;
+          cmd.entries.push_back(std::move(e));
+        }
+        st->waiting = by_target.size();
+        for (auto& [target, cmd] : by_target) {
+          deliver_(target, std::move(cmd),
+                   [this, st, source, pass](result<std::vector<outbox_appended>> got) {
+                     bool last = false;
+                     {
+                       std::lock_guard lock(st->mu);
+                       if (got.ok()) {
+                         for (auto& a : *got) {
+                           if (a.code != errc::ok && retry_later(a.code)) continue;
+                           if (a.code != errc::ok)
+                             log(log_level::warn, "outbox",
+                                 "a target refused an outbox entry for good; it is dropped",
+                                 {log_number("shard", source), log_number("seq", a.seq),
+                                  {"reason", a.message}});
+                           st->taken.emplace(a.seq, outcome_of(st->topics[a.seq], a));
+                           st->done.push_back(std::move(a));
+                         }
+                       }
+                       last = --st->waiting == 0;
+                     }
+                     if (!last) return;
+                     if (st->done.empty()) return end_pass(source, pass, {}, false);
+                     shards_.at(source).submit(
+                         outbox_done_cmd{std::move(st->done)},
+                         [this, st, source, pass](result<void> r) {
+                           // Not written: the records stay and go again
+                           // (their targets drop them as repeats).
+                           end_pass(source, pass, r.ok() ? std::move(st->taken)
+                                                         : std::map<std::uint64_t, step_produced>{},
+                                    r.ok() && st->more);
+                         });
+                   });
+        }
+      });
+}
+
+void outbox_relay::end_pass(std::uint32_t source, std::uint64_t pass,
+                            std::map<std::uint64_t, step_produced> taken, bool more) {
+  auto& s = *sources_[source];
+  std::vector<waiter> ready;
+  bool again = false;
+  {
+    std::lock_guard lock(s.mu);
+    for (auto it = s.waiters.begin(); it != s.waiters.end();) {
+      if (it->from_pass <= pass) {
+        ready.push_back(std::move(*it));
+        it = s.waiters.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    s.running = false;
+    again = s.again || more;
+    s.again = false;
+  }
+  for (auto& w : ready) {
+    std::map<std::uint64_t, step_produced> out;
+    for (auto seq : w.seqs) {
+      auto it = taken.find(seq);
+      if (it != taken.end()) {
+        out.emplace(seq, it->second);
+      } else {
+        step_produced p;
+        p.pending = true;
+        p.outbox_seq = seq;
+        out.emplace(seq, std::move(p));
+      }
+    }
+    w.done(std::move(out));
+  }
+  if (again) kick(source);
+}
+
+}  // namespace onceq
