@@ -238,6 +238,13 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
   family("onceq_shard_loop_iterations_total", "counter",
          "Iterations of the shard's event loop (each ends with at most one WAL sync).",
          [](g s) { return s.iterations; });
+  family("onceq_shard_outbox_depth", "gauge",
+         "Messages acks on the shard produced into topics of other shards, not taken by "
+         "their shard yet (workflow steps).",
+         [](g s) { return s.outbox_depth; });
+  family("onceq_shard_outbox_age_seconds", "gauge",
+         "How long the oldest message in the shard's outbox has waited; 0 when it is empty.",
+         [](g s) { return s.outbox_age_seconds; });
 }
 
 void render_connection_metrics(std::string& out, const connection_stats& s) {

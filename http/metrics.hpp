@@ -84,11 +84,14 @@ struct shard_gauges {
   std::uint64_t write_stalls = 0;     // writes the loop waited for in a storage write stall
   std::uint64_t disk_reads = 0;       // commands whose reads went to the reader thread
   std::uint64_t loop_disk_reads = 0;  // of those, run again reading from the disk on the loop
+  std::uint64_t outbox_depth = 0;     // messages acks produced for other shards, not taken yet
+  double outbox_age_seconds = 0;      // how long the oldest of them has waited (0: none)
 };
 // onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics,
 // onceq_shard_write_stalls_total, onceq_shard_disk_reads_total,
-// onceq_shard_loop_disk_reads_total and onceq_shard_loop_iterations_total,
-// one series per shard.
+// onceq_shard_loop_disk_reads_total, onceq_shard_loop_iterations_total,
+// onceq_shard_outbox_depth and onceq_shard_outbox_age_seconds, one series
+// per shard.
 void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards);
 
 // Escapes a Prometheus label value (\\, \" and \n).

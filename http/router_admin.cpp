@@ -122,6 +122,12 @@ asio::awaitable<reply> router::prometheus(call& c) {
       &topics);
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
+  // Each shard's outbox (workflow steps): one entry per shard, in order.
+  auto o_op = gather<outbox_stats>(
+      shards_, false,
+      [](broker& b) -> result<std::vector<outbox_stats>> { return std::vector{b.outbox_metrics()}; });
+  auto outboxes = co_await std::move(o_op);
+  if (!outboxes.ok()) co_return error_reply(outboxes.err(), c);
   reply out;
   out.res.result(status::ok);
   out.res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -136,8 +142,13 @@ asio::awaitable<reply> router::prometheus(call& c) {
   std::optional<storage::sync_stats> wal;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const shard& s = shards_.at(i);
+    const auto ob = i < outboxes->size() ? (*outboxes)[i] : outbox_stats{};
+    const auto now = clock_.now_ms();
     gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(),
-                      s.write_stalls(), s.disk_reads(), s.loop_disk_reads()});
+                      s.write_stalls(), s.disk_reads(), s.loop_disk_reads(), ob.depth,
+                      ob.oldest_created_at_ms == 0 || ob.oldest_created_at_ms > now
+                          ? 0.0
+                          : static_cast<double>(now - ob.oldest_created_at_ms) / 1000.0});
     if (!gauges.back().health.writable) all = gauges.back().health;
     // Omitted for a store without a WAL (the in-memory store of the tests).
     if (auto w = s.wal_sync_stats()) {

@@ -163,9 +163,9 @@ TEST(LogEntry, AFencedAckKeepsItsFences) {
 // The format is forever: these bytes must decode the same in every later
 // build (a change here is a new k_log_entry_version, not an edit).
 TEST(LogEntry, TheFormatIsFixed) {
-  EXPECT_EQ(encode_entry(log_entry{5, tick_cmd{}}), std::string("\x01\x01\x0a", 3));
+  EXPECT_EQ(encode_entry(log_entry{5, tick_cmd{}}), std::string("\x02\x01\x0a", 3));
   EXPECT_EQ(encode_entry(log_entry{-1, delete_topic_cmd{"t"}}),
-            std::string("\x01\x03\x01\x01t", 5));
+            std::string("\x02\x03\x01\x01t", 5));
   const std::string ack_bytes =
       std::string("\x01\x07\x02", 3) +             // format 1, ack, now 1
       std::string("\x01t\x01g\x01o\x02\x03", 8) +  // topic, group, owner, partition 2, offset 3
@@ -183,7 +183,20 @@ TEST(LogEntry, TheFormatIsFixed) {
   EXPECT_EQ(a.ref.attempts, 4);
   EXPECT_FALSE(a.ref.fencing_token.has_value());
   EXPECT_EQ(a.result_json, "{}");
-  EXPECT_EQ(encode_entry(*back), ack_bytes);
+  EXPECT_TRUE(a.produce.empty());
+  // Written again in format 2: the same fields, then the (empty) produce list.
+  const std::string v2 = std::string("\x02", 1) + ack_bytes.substr(1) + std::string("\x00", 1);
+  EXPECT_EQ(encode_entry(*back), v2);
+  // Format 2 with a produce list: topic, then the message's fields.
+  ack_cmd with = a;
+  with.produce.push_back(step_message{"n", message_in{}});
+  with.produce.back().message.value = "v";
+  auto again = decode_entry(encode_entry(log_entry{1, with}));
+  ASSERT_TRUE(again.ok()) << again.err().message;
+  const auto& b = std::get<ack_cmd>(again->cmd);
+  ASSERT_EQ(b.produce.size(), 1u);
+  EXPECT_EQ(b.produce[0].topic, "n");
+  EXPECT_EQ(b.produce[0].message.value, "v");
 }
 
 TEST(LogEntry, EveryTruncationIsRefusedAsCorrupt) {
@@ -204,7 +217,7 @@ TEST(LogEntry, TrailingBytesAreRefused) {
 }
 
 TEST(LogEntry, AnUnknownVersionOrCommandAsksForAnUpgrade) {
-  auto future = decode_entry(std::string("\x02\x01\x00", 3));
+  auto future = decode_entry(std::string("\x03\x01\x00", 3));
   ASSERT_FALSE(future.ok());
   EXPECT_EQ(future.err().code, errc::failed_precondition);
   EXPECT_NE(future.err().message.find("upgrade"), std::string::npos);

@@ -139,9 +139,10 @@ TEST_F(RouterTest, TopicLifecycle) {
   EXPECT_EQ(info["partitions"], 3);
   // The idempotency settings, at their defaults, are checked on their own.
   EXPECT_EQ(info["settings"]["key_conflict"], "hold");
+  EXPECT_EQ(info["settings"]["ordering"], "none");
   for (const char* k :
        {"idempotency_key_fields", "idempotency_key_include_topic", "idempotency_key_optional",
-        "dedup_by_content", "key_conflict", "key_history"})
+        "dedup_by_content", "key_conflict", "key_history", "ordering"})
     info["settings"].erase(k);
   EXPECT_EQ(info["settings"], (json{{"lease_ms", 30000},
                                     {"max_attempts", 0},
