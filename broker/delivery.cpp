@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "broker/errors.hpp"
@@ -96,7 +97,7 @@ class consume_planner {
         tx_.then([ps = &ps, off] { ps->ready.erase(off); });
         auto it = ps.open.find(off);
         if (it == ps.open.end() || it->second.state != st::delivery_state::pending ||
-            it->second.parked)
+            it->second.parked || it->second.order_parked)
           continue;
       } else if (cursor_[p] < part.next) {
         off = cursor_[p]++;
@@ -123,6 +124,8 @@ class consume_planner {
     if (!m.ok() || (retention > 0 && m->produced_at_ms + retention <= now_)) {
       // Deleted or expired: never delivered again, whatever the retention
       // run's pace.
+      if (auto it = ps.open.find(pos.offset); it != ps.open.end() && !it->second.okey.empty())
+        order_table::release(order_view(it->second.okey), pos);
       tx_.batch().del(column::deliveries,
                       st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
       tx_.then([&c = c_, t, g, pos, now = now_] { drop_open(c, *t, *g, pos, now); });
@@ -132,6 +135,29 @@ class consume_planner {
     const bool fresh = existing == ps.open.end();
     open_delivery d = fresh ? open_delivery{} : existing->second;
     if (!d.known) d.fill_from(*m, scope_of(t_, g_, *m));
+    d.okey = order_key_of(t_, *m);
+    if (!d.okey.empty()) {
+      // Ordering: one delivery of the key at a time, in position order. An
+      // earlier message holds the key: this one waits, off the partition's
+      // way. Else it holds the key from now on, through its delay, backoff
+      // and redeliveries, until it ends.
+      auto& e = order_view(d.okey);
+      if (e.holder && *e.holder != pos) {
+        order_table::park(e, pos);
+        d.order_parked = true;
+        put_delivery(tx_, t_, g_, pos, d);
+        tx_.then([g, pos, d = std::move(d)]() mutable {
+          auto okey = d.okey;
+          g->parts[pos.partition].open[pos.offset] = std::move(d);
+          g->order.park(okey, pos);
+        });
+        return false;
+      }
+      if (!e.holder) {
+        order_table::hold(e, pos);
+        tx_.then([g, okey = d.okey, pos] { g->order.hold(okey, pos); });
+      }
+    }
 
     if (m->deliver_at_ms > now_ && d.not_before_ms < m->deliver_at_ms) {
       d.not_before_ms = m->deliver_at_ms;
@@ -178,9 +204,12 @@ class consume_planner {
         ev.attempts = d.attempts;
         ev.fencing_token = k->fencing_token;  // the delivery's that committed the key
         note_history(tx_, t_, d.scope, key_ttl_of(t_, d), std::move(ev));
-        tx_.then([g, pos] {
+        if (!d.okey.empty()) order_table::release(order_view(d.okey), pos);
+        tx_.then([&c = c_, t, g, pos, okey = d.okey, now = now_] {
           ++g->stats.auto_acked;
           g->close(pos);
+          if (g->release_order(t->rec.id, okey, pos, now, c.timers))
+            c.ready_topics.insert(t->rec.name);
         });
         return false;
       }
@@ -239,11 +268,22 @@ class consume_planner {
     note_history(tx_, t_, d.scope, key_ttl_of(t_, d), std::move(ev));
     auto* g = &g_;
     auto* t = &t_;
-    tx_.then([&c = c_, t, g, pos, now = now_] {
+    if (!d.okey.empty()) order_table::release(order_view(d.okey), pos);
+    tx_.then([&c = c_, t, g, pos, okey = d.okey, now = now_] {
       ++g->stats.superseded;
       drop_open(c, *t, *g, pos, now);
+      // A fresh message has no open delivery for drop_open to end.
+      if (g->release_order(t->rec.id, okey, pos, now, c.timers)) c.ready_topics.insert(t->rec.name);
     });
     return true;
+  }
+
+  // Key's entry in the ordering table as this consume's txn leaves it: the
+  // group's, then the same steps its effects will take.
+  order_table::entry& order_view(const std::string& key) {
+    auto it = order_view_.find(key);
+    if (it == order_view_.end()) it = order_view_.emplace(key, g_.order.get(key)).first;
+    return it->second;
   }
 
   core& c_;
@@ -257,7 +297,8 @@ class consume_planner {
   std::uint64_t fence_ = 0;  // the last token this consume handed out
   std::vector<std::uint64_t> cursor_;
   std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
-  std::unordered_map<std::string, position> leased_;  // keys leased by this consume
+  std::unordered_map<std::string, position> leased_;      // keys leased by this consume
+  std::map<std::string, order_table::entry> order_view_;  // ordering keys it touched
   std::vector<delivery> out_;
 };
 
@@ -368,11 +409,13 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
   auto* g_ = &g;
   if (exhausted) {
     ONCEQ_TRY(dead_letter(c, t, g, pos, d, now, tx));
-    tx.then([&c, tp, g_, pos, scope = d.scope, now] {
+    tx.then([&c, tp, g_, pos, scope = d.scope, okey = d.okey, now] {
       ++g_->stats.dead_lettered;
       g_->close(pos);
-      if (g_->release_key(tp->rec.id, scope, pos, now, c.timers))
-        c.ready_topics.insert(tp->rec.name);
+      bool ready = g_->release_key(tp->rec.id, scope, pos, now, c.timers);
+      // Dead-lettering releases the next message of its ordering key.
+      ready = g_->release_order(tp->rec.id, okey, pos, now, c.timers) || ready;
+      if (ready) c.ready_topics.insert(tp->rec.name);
     });
     return {};
   }
@@ -396,6 +439,17 @@ std::string scope_of(const topic& t, const group_state& g, const st::message_rec
              : st::keys::idem_key(t.rec.id, g.id, m.tenant_id, m.idempotency_key);
 }
 
+std::string order_key_of(const topic& t, const st::message_record& m) {
+  if (t.rec.settings.ordering != static_cast<std::uint8_t>(topic_settings::ordering_mode::key) ||
+      !m.key)
+    return {};
+  // Never "" for a message with a key (even an empty one).
+  std::string k = m.tenant_id;
+  k += '\0';
+  k += *m.key;
+  return k;
+}
+
 bool supersedes(const topic& t) {
   return t.rec.settings.key_conflict ==
          static_cast<std::uint8_t>(topic_settings::conflict::supersede);
@@ -414,8 +468,11 @@ void drop_open(core& c, topic& t, group_state& g, position pos, millis now) {
   auto* d = g.find(pos);
   if (d == nullptr) return;
   auto scope = d->scope;
+  auto okey = d->okey;
   g.close(pos);
-  if (g.release_key(t.rec.id, scope, pos, now, c.timers)) c.ready_topics.insert(t.rec.name);
+  bool ready = g.release_key(t.rec.id, scope, pos, now, c.timers);
+  ready = g.release_order(t.rec.id, okey, pos, now, c.timers) || ready;
+  if (ready) c.ready_topics.insert(t.rec.name);
 }
 
 topic& ensure_dlq_topic(core& c, const topic& t, txn& tx) {

@@ -19,6 +19,8 @@ namespace onceq {
 // first in each partition, then fresh offsets, round robin over partitions.
 // Messages whose key is leased elsewhere are parked; messages whose key is
 // committed are auto-acknowledged; messages gone by retention are dropped.
+// Under ordering = key, a message whose ordering key is held by an earlier
+// one is parked too (order_table), and a consume skips it for other keys.
 // A failed read aborts the whole consume (the txn is not committed).
 result<std::vector<delivery>> plan_consume(core& c, topic& t, group_state& g,
                                            const consume_cmd& cmd, millis lease_ms, millis now,
@@ -51,6 +53,10 @@ result<void> fail_attempt(core& c, topic& t, group_state& g, position pos, open_
 // The storage key (keys::idem_key) of m's idempotency key in g; "" if m
 // has none.
 std::string scope_of(const topic& t, const group_state& g, const storage::message_record& m);
+
+// The ordering key of m in its group when t orders by key: its tenant and
+// message key; "" if t does not order or m has no key.
+std::string order_key_of(const topic& t, const storage::message_record& m);
 
 // Whether t's key_conflict is supersede.
 bool supersedes(const topic& t);

@@ -35,7 +35,7 @@ void group_state::close(position p) {
 bool group_state::schedule(st::topic_id topic, position p, open_delivery& d, millis now,
                            timer_queue& timers) {
   d.state = st::delivery_state::pending;
-  if (d.parked) return false;
+  if (d.parked || d.order_parked) return false;
   if (d.not_before_ms <= now) {
     parts[p.partition].ready.insert(p.offset);
     return true;
@@ -54,6 +54,19 @@ bool group_state::release_key(st::topic_id topic, const std::string& scope, posi
     ready = schedule(topic, w, *d, now, timers) || ready;
   }
   return ready;
+}
+
+bool group_state::release_order(st::topic_id topic, const std::string& okey, position p, millis now,
+                                timer_queue& timers) {
+  if (okey.empty()) return false;
+  auto next = order.release(okey, p);
+  open_delivery* d = nullptr;
+  // Parked deliveries are open (an ending one leaves the queue), so the
+  // loop takes the first; it only guards against a stale entry.
+  while (next && (d = find(*next)) == nullptr) next = order.release(okey, *next);
+  if (!next) return false;
+  d->order_parked = false;
+  return schedule(topic, *next, *d, now, timers);
 }
 
 group_stats group_state::snapshot(const std::vector<std::uint64_t>& partition_next) const {
@@ -88,11 +101,12 @@ std::string group_state::describe() const {
     for (const auto& [off, d] : ps.open)
       out += fmt::format(
           "    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={} "
-          "token={}\n",
+          "token={}{}\n",
           off, static_cast<int>(d.state), d.owner, d.attempts, d.lease_deadline_ms, d.not_before_ms,
-          d.last_error, d.parked, d.fencing_token);
+          d.last_error, d.parked, d.fencing_token, d.order_parked ? " order_parked" : "");
   }
   out += keys.describe();
+  out += order.describe();
   return out;
 }
 

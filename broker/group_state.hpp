@@ -8,6 +8,7 @@
 
 #include "broker/commands.hpp"
 #include "broker/key_table.hpp"
+#include "broker/order_table.hpp"
 #include "broker/timers.hpp"
 #include "storage/schema.hpp"
 
@@ -25,8 +26,10 @@ struct open_delivery {
   std::string last_error;
   std::uint64_t fencing_token = 0;  // of the current (or last) lease
   bool parked = false;              // waiting for its key to be released
+  bool order_parked = false;        // waiting for its ordering key (order_table)
   bool known = false;               // the fields below were filled from the message
   std::string scope;                // storage key of its idempotency key; "" if none
+  std::string okey;                 // its ordering key (order_key_of); "" if none
   std::int64_t key_ttl_ms = -1;
   std::int64_t max_attempts = -1;
   std::int64_t backoff_ms = -1;
@@ -60,6 +63,7 @@ struct group_state {
   std::string name;
   std::vector<group_partition> parts;
   key_table keys;
+  order_table order;  // ordering keys (topics with ordering = key)
   group_stats stats;
   // The last fencing token handed out (stored as keys::fence, in the batch
   // of the deliveries that use it): the next lease gets fence + 1.
@@ -76,6 +80,12 @@ struct group_state {
   // Returns whether any became ready.
   bool release_key(storage::topic_id topic, const std::string& scope, position p, millis now,
                    timer_queue& timers);
+
+  // p, which ended or is ending, no longer holds or waits for the ordering
+  // key okey; the next delivery of the key (if p held it) holds it now and
+  // is scheduled. Returns whether it became ready.
+  bool release_order(storage::topic_id topic, const std::string& okey, position p, millis now,
+                     timer_queue& timers);
 
   // Waiting messages (not leased), and the oldest unacked one's produce time.
   group_stats snapshot(const std::vector<std::uint64_t>& partition_next) const;

@@ -1,8 +1,11 @@
 #include "broker/recovery.hpp"
 
+#include "broker/delivery.hpp"
 #include "broker/step.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 
 namespace onceq {
@@ -113,6 +116,9 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
           open.push_back(loaded{*dk, std::move(*dr)});
         return {};
       }));
+  // Ordering keys: per group and key, the open deliveries in position order.
+  std::map<std::pair<group_state*, std::string>, std::vector<position>> ordered;
+  std::vector<std::pair<group_state*, position>> loaded_at;
   for (auto& l : open) {
     auto* g = t.find_group(l.key.group);
     if (g == nullptr || l.key.partition >= t.parts.size()) continue;
@@ -131,6 +137,33 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     d.fill_from(*m, m->idempotency_key.empty()
                         ? std::string()
                         : st::keys::idem_key(t.rec.id, g->id, m->tenant_id, m->idempotency_key));
+    d.okey = order_key_of(t, *m);
+    if (!d.okey.empty()) ordered[{g, d.okey}].push_back(pos);
+    loaded_at.emplace_back(g, pos);
+  }
+  // The holder of a key is the one that was delivered or waits for its
+  // delay (only the holder ever is: the others were parked before either),
+  // else the lowest: the one a release would have woken. The others wait.
+  for (auto& [gk, ps] : ordered) {
+    auto* g = gk.first;
+    std::sort(ps.begin(), ps.end());
+    auto holder = ps.front();
+    for (const auto& p : ps) {
+      const auto* d = g->find(p);
+      if (d->attempts > 0 || d->not_before_ms > 0) {
+        holder = p;
+        break;
+      }
+    }
+    g->order.hold(gk.second, holder);
+    for (const auto& p : ps) {
+      if (p == holder) continue;
+      g->find(p)->order_parked = true;
+      g->order.park(gk.second, p);
+    }
+  }
+  for (const auto& [g, pos] : loaded_at) {
+    auto& d = *g->find(pos);
     if (d.state == st::delivery_state::leased) {
       ++g->stats.inflight;
       if (!d.scope.empty()) g->keys.lease(d.scope, pos);

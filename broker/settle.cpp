@@ -176,10 +176,14 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       acked.insert(pos);
       tx.then([&c, t, g, pos, scope = d.scope, now] {
         ++g->stats.acked;
+        const auto* od = g->find(pos);
+        const std::string okey = od == nullptr ? std::string() : od->okey;
         g->close(pos);
         if (!scope.empty()) c.committed_keys.push_back(scope);
-        if (g->release_key(t->rec.id, scope, pos, now, c.timers))
-          c.ready_topics.insert(t->rec.name);
+        bool ready = g->release_key(t->rec.id, scope, pos, now, c.timers);
+        // The next message of its ordering key, if any, is due now.
+        ready = g->release_order(t->rec.id, okey, pos, now, c.timers) || ready;
+        if (ready) c.ready_topics.insert(t->rec.name);
       });
       return {};
     };
