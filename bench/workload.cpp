@@ -133,8 +133,15 @@ void producer_loop(system_driver& drv, const run_setup& s, const bench_options& 
         sent_ns = due;
       }
       std::size_t used = 0;
-      for (std::size_t i = 0; i < count; ++i)
-        make_message(msgs[used++], st.seq_base + first + i, sent_ns, o.payload);
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t seq = st.seq_base + first + i;
+        make_message(msgs[used], seq, sent_ns, o.payload);
+        msgs[used].order_key.clear();
+        if (s.order_keys > 0) {
+          fmt::format_to(std::back_inserter(msgs[used].order_key), "o{}", seq % s.order_keys);
+        }
+        ++used;
+      }
       std::size_t dups = 0;
       if (plan.duplicate_ratio > 0 && !history.empty()) {
         for (std::size_t i = 0; i < count; ++i) {
@@ -207,7 +214,17 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
         heads.push_back(*h);
       }
       if (to_ack.empty()) continue;
-      const auto accepted = c->ack(to_ack);
+      std::vector<char> accepted;
+      if (is_step(s.mode)) {
+        // One workflow step per delivery, each timed on its own.
+        for (const auto i : to_ack) {
+          const std::uint64_t t = steady_now_ns();
+          accepted.push_back(c->step(i) ? 1 : 0);
+          hist.record(steady_now_ns() - t);
+        }
+      } else {
+        accepted = c->ack(to_ack);
+      }
       const std::uint64_t acked_ns = steady_now_ns();
       for (std::size_t j = 0; j < heads.size(); ++j) {
         if (!accepted[j]) {
@@ -338,6 +355,14 @@ std::string_view id_of(workload_kind k) {
       return "w3-rate-aged";
     case workload_kind::w4_faults:
       return "w4-faults";
+    case workload_kind::w5_step_ack_produce:
+      return "w5-step-ack-produce";
+    case workload_kind::w5_step_separate:
+      return "w5-step-separate";
+    case workload_kind::w6_drain_ordered:
+      return "w6-drain-ordered";
+    case workload_kind::w6_drain_unordered:
+      return "w6-drain-unordered";
   }
   return "?";
 }
@@ -376,6 +401,22 @@ std::string describe(workload_kind k, const bench_options& o) {
     case workload_kind::w4_faults:
       return fmt::format("W4 = W3 with {:.0f}% duplicate produces, {:.0f}% deliveries not acked",
                          o.duplicate_ratio * 100, o.no_ack_ratio * 100);
+    case workload_kind::w5_step_ack_produce:
+      return fmt::format(
+          "W5 workflow steps from a backlog of topic A, {} workers (fetch up to {}): per "
+          "delivery one POST /v1/ack whose `produce` writes the next message to topic B; "
+          "latency per step (onceq only)",
+          o.consumers, o.batch);
+    case workload_kind::w5_step_separate:
+      return "W5 the same steps as two requests: POST /v1/produce to B, then POST /v1/ack; "
+             "latency per step (onceq only)";
+    case workload_kind::w6_drain_ordered:
+      return fmt::format(
+          "W6 w2-drain of a topic created with \"ordering\":\"key\", messages over {} "
+          "ordering keys (onceq only)",
+          o.order_keys);
+    case workload_kind::w6_drain_unordered:
+      return "W6 the same drain, the topic created with \"ordering\":\"none\" (onceq only)";
   }
   return "?";
 }
@@ -396,6 +437,12 @@ std::vector<workload_kind> expand_workloads(const bench_options& o) {
       if (o.rate > 0 && o.history > 0) out.push_back(workload_kind::w3_rate_aged);
     } else if (w == "w4") {
       out.push_back(workload_kind::w4_faults);
+    } else if (w == "w5") {
+      out.push_back(workload_kind::w5_step_ack_produce);
+      out.push_back(workload_kind::w5_step_separate);
+    } else if (w == "w6") {
+      out.push_back(workload_kind::w6_drain_ordered);
+      out.push_back(workload_kind::w6_drain_unordered);
     }
   }
   return out;
@@ -408,8 +455,13 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   if (!describe_system(r, drv, d)) return r;
 
   std::size_t n = o.messages;
+  const bool steps =
+      kind == workload_kind::w5_step_ack_produce || kind == workload_kind::w5_step_separate;
+  const bool ordered_drain =
+      kind == workload_kind::w6_drain_ordered || kind == workload_kind::w6_drain_unordered;
+  // Every one of these drains a backlog produced first (not timed).
   const bool drain = kind == workload_kind::w2_drain || kind == workload_kind::w2_piggyback ||
-                     kind == workload_kind::w2_stream;
+                     kind == workload_kind::w2_stream || steps || ordered_drain;
   const bool fixed_rate = kind == workload_kind::w3_rate || kind == workload_kind::w3_rate_aged;
   if (kind == workload_kind::w1_single) n = o.single_messages;
   if (fixed_rate) {
@@ -427,8 +479,19 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   s.wait_ms = o.wait_ms;
   if (kind == workload_kind::w2_piggyback) s.mode = consume_mode::piggyback;
   if (kind == workload_kind::w2_stream) s.mode = consume_mode::stream;
+  if (kind == workload_kind::w5_step_ack_produce) s.mode = consume_mode::step_ack_produce;
+  if (kind == workload_kind::w5_step_separate) s.mode = consume_mode::step_separate;
+  if (steps) s.next_topic = "bench-next";
+  if (ordered_drain) {
+    s.ordering = kind == workload_kind::w6_drain_ordered ? "key" : "none";
+    s.order_keys = o.order_keys;
+  }
   if (std::string why; !drv.supports(s.mode, why)) {
     r.skipped = why;
+    return r;
+  }
+  if (ordered_drain && r.system != "onceq") {
+    r.skipped = "no per-key ordering setting (onceq's topic \"ordering\")";
     return r;
   }
 
@@ -454,7 +517,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       pp.interval_ns = static_cast<std::uint64_t>(1e9 * o.producers / static_cast<double>(o.rate));
     }
     consumer_plan cp;
-    cp.record_latency = !drain;
+    cp.record_latency = !drain;  // steps record their own latency, per step
     if (kind == workload_kind::w4_faults) {
       cp.no_ack_ratio = o.no_ack_ratio;
       cp.quiet_ns = static_cast<std::uint64_t>(o.lease_ms + 1000) * 1'000'000;
