@@ -98,11 +98,18 @@ class consumer {
   virtual std::vector<char> ack(std::span<const std::size_t> which) = 0;
   // Sends acks still held (piggyback), waiting for the answer.
   virtual void flush() {}
+  // What one workflow step got.
+  struct step_outcome {
+    bool acked = false;
+    // ack-produce to another shard's topic: the answer said "pending" (in
+    // the outbox; the relay had not placed it when the answer went out).
+    bool pending = false;
+  };
   // Workflow step (is_step(run_setup::mode)): acks delivery i of the last
   // fetch and produces its next message (same payload, the same key with
-  // its own msg id) to run_setup::next_topic, as the mode says. Returns
-  // whether the ack was accepted; throws on any other failure.
-  virtual bool step(std::size_t /*i*/) { throw std::runtime_error("no workflow steps"); }
+  // its own msg id) to run_setup::next_topic, as the mode says. Throws on
+  // any failure but a refused ack.
+  virtual step_outcome step(std::size_t /*i*/) { throw std::runtime_error("no workflow steps"); }
 };
 
 // Outcome of reading back committed keys (onceq only: GET /v1/keys).

@@ -425,7 +425,7 @@ class onceq_consumer final : public consumer {
     return accepted;
   }
 
-  bool step(std::size_t i) override {
+  step_outcome step(std::size_t i) override {
     const delivery_id& id = ids_.at(i);
     const auto head = parse_payload(payloads_.at(i));
     if (!head) throw std::runtime_error("onceq step: unreadable payload");
@@ -442,14 +442,20 @@ class onceq_consumer final : public consumer {
                     setup_.topic, setup_.group, owner_, id.partition, id.offset, id.attempts);
     if (setup_.mode == consume_mode::step_ack_produce) {
       // One command: the ack and the produce. 200 {"status":"acked",
-      // "produced":[{...,"status":"stored"}]}.
+      // "produced":[{...,"status":"stored"}]}; "pending" for a message to
+      // another shard that its relay had not placed yet.
       req += R"(,"produce":[)";
       req += next_;
       req += "]}";
       auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
       if (r.status != 200) fail("ack with produce", r);
-      if (r.body.find(R"("stored")") == std::string::npos) fail("ack with produce (produced)", r);
-      return r.body.find(R"("status":"acked")") != std::string::npos;
+      step_outcome out;
+      out.pending = r.body.find(R"("status":"pending")") != std::string::npos;
+      if (!out.pending && r.body.find(R"("status":"stored")") == std::string::npos) {
+        fail("ack with produce (produced)", r);
+      }
+      out.acked = r.body.find(R"("status":"acked")") != std::string::npos;
+      return out;
     }
     // Two requests: the produce (200), then the ack (204).
     auto& pr = request_with_backpressure(client_, verb::post, "/v1/produce", next_);
@@ -457,7 +463,7 @@ class onceq_consumer final : public consumer {
     req += '}';
     auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
     if (r.status != 204 && r.status != 200) fail("step ack", r);
-    return true;
+    return {.acked = true};
   }
 
   void flush() override {

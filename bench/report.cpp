@@ -51,6 +51,9 @@ std::string notes_of(const run_result& r) {
   }
   if (r.not_acked > 0) add(fmt::format("{} deliveries left unacked", r.not_acked));
   if (r.acks_refused > 0) add(fmt::format("{} acks refused", r.acks_refused));
+  if (r.steps_pending > 0) {
+    add(fmt::format("{} produced messages answered pending (outbox)", r.steps_pending));
+  }
   if (r.workload == "w4-faults" || r.keys_more_than_once > 0) {
     if (r.keys_more_than_once == 0 && r.messages == r.target) {
       add("every key processed exactly once");
@@ -443,6 +446,7 @@ nlohmann::json render_json(const std::vector<run_result>& runs,
                     {"acks_refused", r.acks_refused},
                     {"keys_more_than_once", r.keys_more_than_once},
                     {"extra_processings", r.extra_processings},
+                    {"steps_pending", r.steps_pending},
                     {"keys_checked", r.keys_checked.sampled},
                     {"keys_committed", r.keys_checked.committed},
                     {"keys_check_problem", r.keys_checked.first_problem},

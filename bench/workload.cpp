@@ -48,6 +48,7 @@ struct shared_run {
   std::atomic<std::size_t> not_acked{0};
   std::atomic<std::size_t> acks_refused{0};
   std::atomic<std::size_t> extra{0};
+  std::atomic<std::size_t> steps_pending{0};
   std::atomic<std::uint64_t> keys_done_ns{0};
   std::atomic<std::uint64_t> last_delivery_ns{0};
   std::vector<std::atomic<std::uint16_t>> counts;  // acked processings per seq
@@ -219,8 +220,10 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
         // One workflow step per delivery, each timed on its own.
         for (const auto i : to_ack) {
           const std::uint64_t t = steady_now_ns();
-          accepted.push_back(c->step(i) ? 1 : 0);
+          const auto got = c->step(i);
           hist.record(steady_now_ns() - t);
+          accepted.push_back(got.acked ? 1 : 0);
+          if (got.pending) ++st.steps_pending;
         }
       } else {
         accepted = c->ack(to_ack);
@@ -612,6 +615,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
     r.not_acked = st.not_acked.load();
     r.acks_refused = st.acks_refused.load();
     r.extra_processings = st.extra.load();
+    r.steps_pending = st.steps_pending.load();
     for (const auto& c : st.counts) r.keys_more_than_once += c.load() > 1 ? 1 : 0;
 
     if (!produce_only && st.error.empty() && r.messages > 0) {

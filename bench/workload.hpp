@@ -75,6 +75,7 @@ struct run_result {
   std::size_t acks_refused = 0;
   std::size_t keys_more_than_once = 0;  // keys processed (acked) more than once
   std::size_t extra_processings = 0;    // acked deliveries beyond the first per key
+  std::size_t steps_pending = 0;        // w5: produced messages answered "pending" (outbox)
   key_check keys_checked;
   std::string server_exit;
 };
