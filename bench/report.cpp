@@ -51,6 +51,9 @@ std::string notes_of(const run_result& r) {
   }
   if (r.not_acked > 0) add(fmt::format("{} deliveries left unacked", r.not_acked));
   if (r.acks_refused > 0) add(fmt::format("{} acks refused", r.acks_refused));
+  if (r.workload.starts_with("w5-") && r.ran && r.error.empty()) {
+    add(fmt::format("topic B holds {}/{} next messages", r.next_topic_found, r.target));
+  }
   if (r.steps_pending > 0) {
     add(fmt::format("{} produced messages answered pending (outbox)", r.steps_pending));
   }
@@ -447,6 +450,7 @@ nlohmann::json render_json(const std::vector<run_result>& runs,
                     {"keys_more_than_once", r.keys_more_than_once},
                     {"extra_processings", r.extra_processings},
                     {"steps_pending", r.steps_pending},
+                    {"next_topic_found", r.next_topic_found},
                     {"keys_checked", r.keys_checked.sampled},
                     {"keys_committed", r.keys_checked.committed},
                     {"keys_check_problem", r.keys_checked.first_problem},

@@ -250,6 +250,38 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
   }
 }
 
+// After workflow steps: reads topic B (s.next_topic) in a group of its own
+// (untimed) until every work item's next message came, or nothing came for
+// 5 s; returns how many distinct work items it found there.
+std::size_t count_next_topic(system_driver& drv, const run_setup& s, std::size_t n) {
+  run_setup v = s;
+  v.topic = s.next_topic;
+  v.next_topic.clear();
+  v.group = "check-next";
+  v.mode = consume_mode::batch;
+  auto c = drv.make_consumer(v, 0);
+  std::vector<char> seen(n, 0);
+  std::size_t found = 0;
+  std::vector<std::size_t> all;
+  std::uint64_t last = steady_now_ns();
+  while (found < n && steady_now_ns() - last < 5'000'000'000ULL) {
+    const auto& payloads = c->fetch(s.batch, 100ms);
+    if (payloads.empty()) continue;
+    last = steady_now_ns();
+    all.clear();
+    for (std::size_t i = 0; i < payloads.size(); ++i) {
+      const auto h = parse_payload(payloads[i]);
+      if (h && h->seq < n && seen[h->seq] == 0) {
+        seen[h->seq] = 1;
+        ++found;
+      }
+      all.push_back(i);
+    }
+    c->ack(all);
+  }
+  return found;
+}
+
 // Starts producers and/or consumers, waits until every thread is connected,
 // then returns the start time; join() waits for them while showing progress.
 class phase {
@@ -627,6 +659,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       }
       r.keys_checked = drv.check_keys(s, sample);
     }
+    if (steps && st.error.empty()) r.next_topic_found = count_next_topic(drv, s, n);
     if (!st.error.empty()) r.error = st.error;
   } catch (const std::exception& e) {
     r.error = st.error.empty() ? e.what() : fmt::format("{}; {}", e.what(), st.error);

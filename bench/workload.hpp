@@ -76,6 +76,7 @@ struct run_result {
   std::size_t keys_more_than_once = 0;  // keys processed (acked) more than once
   std::size_t extra_processings = 0;    // acked deliveries beyond the first per key
   std::size_t steps_pending = 0;        // w5: produced messages answered "pending" (outbox)
+  std::size_t next_topic_found = 0;     // w5: work items whose next message topic B holds
   key_check keys_checked;
   std::string server_exit;
 };
