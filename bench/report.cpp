@@ -299,8 +299,9 @@ std::string render_markdown(const std::vector<run_result>& runs,
   }
   md +=
       "\nLatency is end to end, from the produce call to the answered ack of the first "
-      "processing of that key (fixed rate: from the scheduled send time). CPU is the server "
-      "process's user+system time during the measured phase.\n\n";
+      "processing of that key (fixed rate: from the scheduled send time; w5: per workflow step, "
+      "from its first request to its last answer). CPU is the server process's user+system "
+      "time during the measured phase.\n\n";
 
   md +=
       "| workload | durability | system | server setting | msgs/s | p50 ms | p99 ms | p99.9 ms | "
