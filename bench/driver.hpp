@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +23,15 @@ enum class consume_mode {
               // XACK pipelined with XREADGROUP; JetStream acks asynchronously
               // anyway, so its row is its batch row
   stream,     // onceq's streaming consume (no max_messages); others: not run
+  // Workflow steps (onceq only): each delivery of the run's topic is acked
+  // and produces one message to run_setup::next_topic.
+  step_ack_produce,  // one POST /v1/ack with "produce" (one command on the server)
+  step_separate,     // POST /v1/produce of the next message, then POST /v1/ack
 };
+
+inline bool is_step(consume_mode m) {
+  return m == consume_mode::step_ack_produce || m == consume_mode::step_separate;
+}
 
 // The per-run names and settings every driver needs. Each run uses a fresh
 // server, so names only have to be unique within it.
@@ -36,6 +45,14 @@ struct run_setup {
   std::size_t batch = 100;
   int wait_ms = 100;
   consume_mode mode = consume_mode::batch;
+  // Workflow steps (is_step(mode)): the topic each step produces to,
+  // created by prepare() with the same settings as `topic`.
+  std::string next_topic;
+  // onceq: the topic's "ordering" setting ("key" / "none"); "" = not sent.
+  std::string ordering;
+  // > 0: message i gets the ordering key "o<i mod order_keys>" (onceq's
+  // message `key`; the idempotency key stays unique per message).
+  std::size_t order_keys = 0;
   // Cluster failover probe: producers ride out a dead node. A write attempt
   // that fails (connection lost or refused, no answer within attempt_ms, no
   // leader) is sent again, the same message id, after retry_ms, through
@@ -81,6 +98,18 @@ class consumer {
   virtual std::vector<char> ack(std::span<const std::size_t> which) = 0;
   // Sends acks still held (piggyback), waiting for the answer.
   virtual void flush() {}
+  // What one workflow step got.
+  struct step_outcome {
+    bool acked = false;
+    // ack-produce to another shard's topic: the answer said "pending" (in
+    // the outbox; the relay had not placed it when the answer went out).
+    bool pending = false;
+  };
+  // Workflow step (is_step(run_setup::mode)): acks delivery i of the last
+  // fetch and produces its next message (same payload, the same key with
+  // its own msg id) to run_setup::next_topic, as the mode says. Throws on
+  // any failure but a refused ack.
+  virtual step_outcome step(std::size_t /*i*/) { throw std::runtime_error("no workflow steps"); }
 };
 
 // Outcome of reading back committed keys (onceq only: GET /v1/keys).
@@ -127,6 +156,10 @@ class system_driver {
   virtual bool supports(consume_mode m, std::string& why) {
     if (m == consume_mode::stream) {
       why = "no streaming consume";
+      return false;
+    }
+    if (is_step(m)) {
+      why = "no ack that produces (onceq's workflow steps)";
       return false;
     }
     return true;

@@ -15,6 +15,8 @@ struct bench_message {
   std::string key;      // envelope.idempotency_key (the work identity)
   std::string msg_id;   // envelope.msg_id / Nats-Msg-Id
   std::string payload;  // exactly the payload size; ASCII, never needs escaping
+  // onceq's message `key` (partition, ordering) when not empty; else `key`.
+  std::string order_key;
 };
 
 // Fills `m` for work item `seq`, produced at `sent_ns` (steady clock).

@@ -39,7 +39,7 @@ constexpr auto k_failover_deadline = 60s;
 
 void append_message(std::string& out, const bench_message& m) {
   out += R"({"key":")";
-  out += m.key;
+  out += m.order_key.empty() ? m.key : m.order_key;
   out += R"(","value":")";
   out += m.payload;
   out += R"(","envelope":{"idempotency_key":")";
@@ -425,6 +425,47 @@ class onceq_consumer final : public consumer {
     return accepted;
   }
 
+  step_outcome step(std::size_t i) override {
+    const delivery_id& id = ids_.at(i);
+    const auto head = parse_payload(payloads_.at(i));
+    if (!head) throw std::runtime_error("onceq step: unreadable payload");
+    // The next message: the same payload and key, its own msg id.
+    next_.clear();
+    fmt::format_to(std::back_inserter(next_), R"({{"topic":"{}","key":"{}","value":"{}")",
+                   setup_.next_topic, key_of(head->seq), payloads_[i]);
+    fmt::format_to(std::back_inserter(next_),
+                   R"(,"envelope":{{"idempotency_key":"{}","msg_id":"m{:010x}-next"}}}})",
+                   key_of(head->seq), head->seq);
+    std::string req =
+        fmt::format(R"({{"topic":"{}","group":"{}","owner":"{}","partition":{},"offset":{},)"
+                    R"("attempts":{})",
+                    setup_.topic, setup_.group, owner_, id.partition, id.offset, id.attempts);
+    if (setup_.mode == consume_mode::step_ack_produce) {
+      // One command: the ack and the produce. 200 {"status":"acked",
+      // "produced":[{...,"status":"stored"}]}; "pending" for a message to
+      // another shard that its relay had not placed yet.
+      req += R"(,"produce":[)";
+      req += next_;
+      req += "]}";
+      auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
+      if (r.status != 200) fail("ack with produce", r);
+      step_outcome out;
+      out.pending = r.body.find(R"("status":"pending")") != std::string::npos;
+      if (!out.pending && r.body.find(R"("status":"stored")") == std::string::npos) {
+        fail("ack with produce (produced)", r);
+      }
+      out.acked = r.body.find(R"("status":"acked")") != std::string::npos;
+      return out;
+    }
+    // Two requests: the produce (200), then the ack (204).
+    auto& pr = request_with_backpressure(client_, verb::post, "/v1/produce", next_);
+    if (pr.status != 200) fail("step produce", pr);
+    req += '}';
+    auto& r = request_with_backpressure(client_, verb::post, "/v1/ack", req);
+    if (r.status != 204 && r.status != 200) fail("step ack", r);
+    return {.acked = true};
+  }
+
   void flush() override {
     if (held_.empty()) return;
     std::string req = fmt::format(R"({{"topic":"{}","group":"{}","owner":"{}","acks":[)",
@@ -482,6 +523,7 @@ class onceq_consumer final : public consumer {
   std::vector<std::string_view> payloads_;
   std::vector<delivery_id> ids_;
   std::vector<delivery_id> held_;  // piggyback: acked with the next fetch
+  std::string next_;               // a step's next message
 };
 
 // GET /v1/cluster of one node, parsed; throws on a failure or a refusal.
@@ -574,9 +616,16 @@ class onceq_driver final : public clustered_driver {
 
   void prepare(const run_setup& s) override {
     const auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (int t = 0; t < s.topics; ++t) {
-      const std::string body = fmt::format(R"({{"name":"{}","partitions":{},"lease_ms":{}}})",
-                                           topic_name(s, t), s.partitions, s.lease_ms);
+    // The run's topics, then a workflow step's next topic (created after
+    // them: on a single node with --shards 2 it lands on the other shard).
+    std::vector<std::string> names;
+    for (int t = 0; t < s.topics; ++t) names.push_back(topic_name(s, t));
+    if (!s.next_topic.empty()) names.push_back(s.next_topic);
+    for (const auto& name : names) {
+      const std::string ordering =
+          s.ordering.empty() ? std::string{} : fmt::format(R"(,"ordering":"{}")", s.ordering);
+      const std::string body = fmt::format(R"({{"name":"{}","partitions":{},"lease_ms":{}{}}})",
+                                           name, s.partitions, s.lease_ms, ordering);
       if (o_.cluster == 0) {
         http_client c("127.0.0.1", endpoints_[0].port);
         auto& r = c.request(verb::post, "/v1/topics", body, k_request_timeout);
@@ -601,7 +650,7 @@ class onceq_driver final : public clustered_driver {
       }
     }
     if (o_.cluster > 0) {
-      for (int t = 0; t < s.topics; ++t) locate(topic_name(s, t), 60s);
+      for (const auto& name : names) locate(name, 60s);
     }
   }
 

@@ -19,6 +19,13 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
                                  w3 produce+consume (plus a fixed-rate run on a
                                  fresh server and one after --history messages),
                                  w4 = w3 with duplicates and unacked deliveries;
+                                 w5 workflow steps (onceq only, not in the
+                                 default): drain topic A, each delivery acked
+                                 and one message produced to topic B, by one
+                                 ack with `produce` / by a produce then an ack;
+                                 w6 (onceq only, not in the default): w2-drain
+                                 over --order-keys keys, topic "ordering":"key"
+                                 against "ordering":"none";
                                  none: only the failover runs
   --durability synced,default    durability levels
   --messages N                   unique messages per run (200000)
@@ -34,6 +41,7 @@ constexpr std::string_view k_usage = R"(usage: onceq-bench [flags]
                                  0 skips that row)
   --payload BYTES                payload size (256, min 32)
   --partitions N                 onceq topic partitions (4)
+  --order-keys N                 w6: distinct ordering keys (message `key`) (1000)
   --topics N                     onceq only, w1 only: producer i writes topic
                                  i mod N (1), so that --shards spreads the load
   --duplicates R --no-ack R      W4 ratios (0.1, 0.1)
@@ -153,7 +161,7 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
     } else if (flag == "--workloads") {
       o.workloads = value == "none" ? std::vector<std::string>{} : split_list(value);
       for (const auto& w : o.workloads)
-        ok = ok && (w == "w1" || w == "w2" || w == "w3" || w == "w4");
+        ok = ok && (w == "w1" || w == "w2" || w == "w3" || w == "w4" || w == "w5" || w == "w6");
     } else if (flag == "--durability") {
       o.durabilities.clear();
       for (const auto& d : split_list(value)) {
@@ -190,6 +198,8 @@ std::optional<bench_options> parse_options(int argc, char** argv, std::string& e
       ok = parse_number(value, o.payload) && o.payload >= 32 && o.payload <= 1 << 20;
     } else if (flag == "--partitions") {
       ok = parse_number(value, o.partitions) && o.partitions > 0;
+    } else if (flag == "--order-keys") {
+      ok = parse_number(value, o.order_keys) && o.order_keys > 0;
     } else if (flag == "--topics") {
       ok = parse_number(value, o.topics) && o.topics > 0 && o.topics <= 256;
     } else if (flag == "--duplicates") {

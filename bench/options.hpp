@@ -22,7 +22,7 @@ std::string_view to_string(durability d);
 // What one run of onceq-bench does. Filled from the command line only.
 struct bench_options {
   std::vector<std::string> systems{"onceq", "nats", "redis"};
-  std::vector<std::string> workloads{"w1", "w2", "w3", "w4"};
+  std::vector<std::string> workloads{"w1", "w2", "w3", "w4"};  // w5, w6: asked for
   std::vector<durability> durabilities{durability::synced, durability::fallback};
 
   std::size_t messages = 200000;    // Default: 200000 unique messages per run
@@ -37,6 +37,7 @@ struct bench_options {
   std::size_t history = 1'000'000;  // Default: messages through the server before w3-rate-aged
   std::size_t payload = 256;        // Default: 256 bytes
   int partitions = 4;               // Default: 4 (onceq topic partitions)
+  std::size_t order_keys = 1000;    // Default: 1000 ordering keys in w6's drains
   int topics = 1;                   // Default: 1 (onceq, w1: producers spread over topics)
   double duplicate_ratio = 0.10;    // Default: 10% duplicate produces in W4
   double no_ack_ratio = 0.10;       // Default: 10% of deliveries not acked in W4

@@ -51,6 +51,12 @@ std::string notes_of(const run_result& r) {
   }
   if (r.not_acked > 0) add(fmt::format("{} deliveries left unacked", r.not_acked));
   if (r.acks_refused > 0) add(fmt::format("{} acks refused", r.acks_refused));
+  if (r.workload.starts_with("w5-") && r.ran && r.error.empty()) {
+    add(fmt::format("topic B holds {}/{} next messages", r.next_topic_found, r.target));
+  }
+  if (r.steps_pending > 0) {
+    add(fmt::format("{} produced messages answered pending (outbox)", r.steps_pending));
+  }
   if (r.workload == "w4-faults" || r.keys_more_than_once > 0) {
     if (r.keys_more_than_once == 0 && r.messages == r.target) {
       add("every key processed exactly once");
@@ -137,6 +143,10 @@ const std::vector<target>& targets() {
       {"W2 streaming drain >= 0.9x long-poll drain", "w2-stream", "onceq", "synced", "w2-drain",
        0.9, metric::msgs},
       {"W3 end-to-end >= 1.2x Redis-always", "w3-e2e", "redis", "synced", "", 1.2, metric::msgs},
+      {"W5 steps: ack with produce >= 1.5x produce then ack", "w5-step-ack-produce", "onceq",
+       "synced", "w5-step-separate", 1.5, metric::msgs},
+      {"W6 ordered drain >= 0.8x unordered drain", "w6-drain-ordered", "onceq", "synced",
+       "w6-drain-unordered", 0.8, metric::msgs},
       {"W3 fixed rate p99 <= 0.8x Redis-always", "w3-rate", "redis", "synced", "", 0.8,
        metric::p99},
       {"W3 fixed rate p99 after history <= 0.8x Redis-always", "w3-rate-aged", "redis", "synced",
@@ -289,8 +299,9 @@ std::string render_markdown(const std::vector<run_result>& runs,
   }
   md +=
       "\nLatency is end to end, from the produce call to the answered ack of the first "
-      "processing of that key (fixed rate: from the scheduled send time). CPU is the server "
-      "process's user+system time during the measured phase.\n\n";
+      "processing of that key (fixed rate: from the scheduled send time; w5: per workflow step, "
+      "from its first request to its last answer). CPU is the server process's user+system "
+      "time during the measured phase.\n\n";
 
   md +=
       "| workload | durability | system | server setting | msgs/s | p50 ms | p99 ms | p99.9 ms | "
@@ -439,6 +450,8 @@ nlohmann::json render_json(const std::vector<run_result>& runs,
                     {"acks_refused", r.acks_refused},
                     {"keys_more_than_once", r.keys_more_than_once},
                     {"extra_processings", r.extra_processings},
+                    {"steps_pending", r.steps_pending},
+                    {"next_topic_found", r.next_topic_found},
                     {"keys_checked", r.keys_checked.sampled},
                     {"keys_committed", r.keys_checked.committed},
                     {"keys_check_problem", r.keys_checked.first_problem},

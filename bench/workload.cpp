@@ -48,6 +48,7 @@ struct shared_run {
   std::atomic<std::size_t> not_acked{0};
   std::atomic<std::size_t> acks_refused{0};
   std::atomic<std::size_t> extra{0};
+  std::atomic<std::size_t> steps_pending{0};
   std::atomic<std::uint64_t> keys_done_ns{0};
   std::atomic<std::uint64_t> last_delivery_ns{0};
   std::vector<std::atomic<std::uint16_t>> counts;  // acked processings per seq
@@ -133,8 +134,15 @@ void producer_loop(system_driver& drv, const run_setup& s, const bench_options& 
         sent_ns = due;
       }
       std::size_t used = 0;
-      for (std::size_t i = 0; i < count; ++i)
-        make_message(msgs[used++], st.seq_base + first + i, sent_ns, o.payload);
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t seq = st.seq_base + first + i;
+        make_message(msgs[used], seq, sent_ns, o.payload);
+        msgs[used].order_key.clear();
+        if (s.order_keys > 0) {
+          fmt::format_to(std::back_inserter(msgs[used].order_key), "o{}", seq % s.order_keys);
+        }
+        ++used;
+      }
       std::size_t dups = 0;
       if (plan.duplicate_ratio > 0 && !history.empty()) {
         for (std::size_t i = 0; i < count; ++i) {
@@ -207,7 +215,19 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
         heads.push_back(*h);
       }
       if (to_ack.empty()) continue;
-      const auto accepted = c->ack(to_ack);
+      std::vector<char> accepted;
+      if (is_step(s.mode)) {
+        // One workflow step per delivery, each timed on its own.
+        for (const auto i : to_ack) {
+          const std::uint64_t t = steady_now_ns();
+          const auto got = c->step(i);
+          hist.record(steady_now_ns() - t);
+          accepted.push_back(got.acked ? 1 : 0);
+          if (got.pending) ++st.steps_pending;
+        }
+      } else {
+        accepted = c->ack(to_ack);
+      }
       const std::uint64_t acked_ns = steady_now_ns();
       for (std::size_t j = 0; j < heads.size(); ++j) {
         if (!accepted[j]) {
@@ -228,6 +248,38 @@ void consumer_loop(system_driver& drv, const run_setup& s, shared_run& st, int i
   } catch (const std::exception& e) {
     st.fail(fmt::format("consumer {}: {}", index, e.what()));
   }
+}
+
+// After workflow steps: reads topic B (s.next_topic) in a group of its own
+// (untimed) until every work item's next message came, or nothing came for
+// 5 s; returns how many distinct work items it found there.
+std::size_t count_next_topic(system_driver& drv, const run_setup& s, std::size_t n) {
+  run_setup v = s;
+  v.topic = s.next_topic;
+  v.next_topic.clear();
+  v.group = "check-next";
+  v.mode = consume_mode::batch;
+  auto c = drv.make_consumer(v, 0);
+  std::vector<char> seen(n, 0);
+  std::size_t found = 0;
+  std::vector<std::size_t> all;
+  std::uint64_t last = steady_now_ns();
+  while (found < n && steady_now_ns() - last < 5'000'000'000ULL) {
+    const auto& payloads = c->fetch(s.batch, 100ms);
+    if (payloads.empty()) continue;
+    last = steady_now_ns();
+    all.clear();
+    for (std::size_t i = 0; i < payloads.size(); ++i) {
+      const auto h = parse_payload(payloads[i]);
+      if (h && h->seq < n && seen[h->seq] == 0) {
+        seen[h->seq] = 1;
+        ++found;
+      }
+      all.push_back(i);
+    }
+    c->ack(all);
+  }
+  return found;
 }
 
 // Starts producers and/or consumers, waits until every thread is connected,
@@ -338,6 +390,14 @@ std::string_view id_of(workload_kind k) {
       return "w3-rate-aged";
     case workload_kind::w4_faults:
       return "w4-faults";
+    case workload_kind::w5_step_ack_produce:
+      return "w5-step-ack-produce";
+    case workload_kind::w5_step_separate:
+      return "w5-step-separate";
+    case workload_kind::w6_drain_ordered:
+      return "w6-drain-ordered";
+    case workload_kind::w6_drain_unordered:
+      return "w6-drain-unordered";
   }
   return "?";
 }
@@ -376,6 +436,22 @@ std::string describe(workload_kind k, const bench_options& o) {
     case workload_kind::w4_faults:
       return fmt::format("W4 = W3 with {:.0f}% duplicate produces, {:.0f}% deliveries not acked",
                          o.duplicate_ratio * 100, o.no_ack_ratio * 100);
+    case workload_kind::w5_step_ack_produce:
+      return fmt::format(
+          "W5 workflow steps from a backlog of topic A, {} workers (fetch up to {}): per "
+          "delivery one POST /v1/ack whose `produce` writes the next message to topic B; "
+          "latency per step (onceq only)",
+          o.consumers, o.batch);
+    case workload_kind::w5_step_separate:
+      return "W5 the same steps as two requests: POST /v1/produce to B, then POST /v1/ack; "
+             "latency per step (onceq only)";
+    case workload_kind::w6_drain_ordered:
+      return fmt::format(
+          "W6 w2-drain of a topic created with \"ordering\":\"key\", messages over {} "
+          "ordering keys (onceq only)",
+          o.order_keys);
+    case workload_kind::w6_drain_unordered:
+      return "W6 the same drain, the topic created with \"ordering\":\"none\" (onceq only)";
   }
   return "?";
 }
@@ -396,6 +472,12 @@ std::vector<workload_kind> expand_workloads(const bench_options& o) {
       if (o.rate > 0 && o.history > 0) out.push_back(workload_kind::w3_rate_aged);
     } else if (w == "w4") {
       out.push_back(workload_kind::w4_faults);
+    } else if (w == "w5") {
+      out.push_back(workload_kind::w5_step_ack_produce);
+      out.push_back(workload_kind::w5_step_separate);
+    } else if (w == "w6") {
+      out.push_back(workload_kind::w6_drain_ordered);
+      out.push_back(workload_kind::w6_drain_unordered);
     }
   }
   return out;
@@ -408,8 +490,13 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   if (!describe_system(r, drv, d)) return r;
 
   std::size_t n = o.messages;
+  const bool steps =
+      kind == workload_kind::w5_step_ack_produce || kind == workload_kind::w5_step_separate;
+  const bool ordered_drain =
+      kind == workload_kind::w6_drain_ordered || kind == workload_kind::w6_drain_unordered;
+  // Every one of these drains a backlog produced first (not timed).
   const bool drain = kind == workload_kind::w2_drain || kind == workload_kind::w2_piggyback ||
-                     kind == workload_kind::w2_stream;
+                     kind == workload_kind::w2_stream || steps || ordered_drain;
   const bool fixed_rate = kind == workload_kind::w3_rate || kind == workload_kind::w3_rate_aged;
   if (kind == workload_kind::w1_single) n = o.single_messages;
   if (fixed_rate) {
@@ -427,8 +514,19 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
   s.wait_ms = o.wait_ms;
   if (kind == workload_kind::w2_piggyback) s.mode = consume_mode::piggyback;
   if (kind == workload_kind::w2_stream) s.mode = consume_mode::stream;
+  if (kind == workload_kind::w5_step_ack_produce) s.mode = consume_mode::step_ack_produce;
+  if (kind == workload_kind::w5_step_separate) s.mode = consume_mode::step_separate;
+  if (steps) s.next_topic = "bench-next";
+  if (ordered_drain) {
+    s.ordering = kind == workload_kind::w6_drain_ordered ? "key" : "none";
+    s.order_keys = o.order_keys;
+  }
   if (std::string why; !drv.supports(s.mode, why)) {
     r.skipped = why;
+    return r;
+  }
+  if (ordered_drain && r.system != "onceq") {
+    r.skipped = "no per-key ordering setting (onceq's topic \"ordering\")";
     return r;
   }
 
@@ -454,7 +552,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       pp.interval_ns = static_cast<std::uint64_t>(1e9 * o.producers / static_cast<double>(o.rate));
     }
     consumer_plan cp;
-    cp.record_latency = !drain;
+    cp.record_latency = !drain;  // steps record their own latency, per step
     if (kind == workload_kind::w4_faults) {
       cp.no_ack_ratio = o.no_ack_ratio;
       cp.quiet_ns = static_cast<std::uint64_t>(o.lease_ms + 1000) * 1'000'000;
@@ -549,6 +647,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
     r.not_acked = st.not_acked.load();
     r.acks_refused = st.acks_refused.load();
     r.extra_processings = st.extra.load();
+    r.steps_pending = st.steps_pending.load();
     for (const auto& c : st.counts) r.keys_more_than_once += c.load() > 1 ? 1 : 0;
 
     if (!produce_only && st.error.empty() && r.messages > 0) {
@@ -560,6 +659,7 @@ run_result run_workload(system_driver& drv, workload_kind kind, durability d,
       }
       r.keys_checked = drv.check_keys(s, sample);
     }
+    if (steps && st.error.empty()) r.next_topic_found = count_next_topic(drv, s, n);
     if (!st.error.empty()) r.error = st.error;
   } catch (const std::exception& e) {
     r.error = st.error.empty() ? e.what() : fmt::format("{}; {}", e.what(), st.error);

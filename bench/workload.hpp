@@ -21,6 +21,13 @@ enum class workload_kind {
   w3_rate,       // produce one message per request at a fixed total rate, consume
   w3_rate_aged,  // w3_rate on a server that first moved --history messages
   w4_faults,     // w3_e2e with duplicate produces and unacked deliveries
+  // Workflow steps (onceq only): a preloaded topic A is consumed, and each
+  // delivery is acked and produces one message to topic B.
+  w5_step_ack_produce,  // one POST /v1/ack with "produce" per step
+  w5_step_separate,     // POST /v1/produce, then POST /v1/ack, per step
+  // w2_drain of messages over --order-keys ordering keys (onceq only).
+  w6_drain_ordered,    // topic created with "ordering":"key"
+  w6_drain_unordered,  // topic created with "ordering":"none"
 };
 
 std::string_view id_of(workload_kind k);                        // "w1-batch", ...
@@ -68,6 +75,8 @@ struct run_result {
   std::size_t acks_refused = 0;
   std::size_t keys_more_than_once = 0;  // keys processed (acked) more than once
   std::size_t extra_processings = 0;    // acked deliveries beyond the first per key
+  std::size_t steps_pending = 0;        // w5: produced messages answered "pending" (outbox)
+  std::size_t next_topic_found = 0;     // w5: work items whose next message topic B holds
   key_check keys_checked;
   std::string server_exit;
 };
