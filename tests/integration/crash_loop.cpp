@@ -580,8 +580,8 @@ std::optional<config> parse_args(int argc, char** argv) {
               << k_max_test_groups << ")\n";
     return std::nullopt;
   }
-  if (c.pipeline && (c.cluster > 0 || c.rollback_at_kill > 0)) {
-    std::cerr << "crash_loop: --pipeline is for one onceqd, without --rollback-at-kill\n";
+  if (c.pipeline && c.cluster > 0) {
+    std::cerr << "crash_loop: --pipeline is for one onceqd, not --cluster\n";
     return std::nullopt;
   }
   if (c.cluster > 0 && c.rollback_at_kill > 0) {
