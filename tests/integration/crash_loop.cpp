@@ -15,6 +15,13 @@
 // random pause and waits until its GET /v1/cluster answers before the next
 // kill: a majority is always up.
 //
+// With --pipeline (one onceqd) the workload is a chain of workflow steps
+// instead: producers fill topic step1, the workers of step1 and step2 ack
+// each delivery with a produce of the same id into the next topic (POST
+// /v1/ack with "produce"), the workers of step3 just ack; after the drain,
+// group "audit" reads all three topics and every stored step1 id must be in
+// step2 and step3 exactly once (see "workflow-step pipelines" below).
+//
 // The kill moments and every client decision come from --seed; thread
 // interleavings and the server's timing do not, so a seed reproduces the
 // schedule of a failing run, not its exact history.
