@@ -15,6 +15,13 @@
 // random pause and waits until its GET /v1/cluster answers before the next
 // kill: a majority is always up.
 //
+// With --pipeline (one onceqd) the workload is a chain of workflow steps
+// instead: producers fill topic step1, the workers of step1 and step2 ack
+// each delivery with a produce of the same id into the next topic (POST
+// /v1/ack with "produce"), the workers of step3 just ack; after the drain,
+// group "audit" reads all three topics and every stored step1 id must be in
+// step2 and step3 exactly once (see "workflow-step pipelines" below).
+//
 // The kill moments and every client decision come from --seed; thread
 // interleavings and the server's timing do not, so a seed reproduces the
 // schedule of a failing run, not its exact history.
@@ -22,6 +29,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -84,6 +92,9 @@ struct config {
   int cluster = 0;
   int leader_percent = 60;  // kills aimed at a topic's shard leader
   int down_max_ms = -1;     // -1: 100 alone, 1500 in a cluster
+  // --pipeline: workflow steps step1 -> step2 -> step3 instead of the
+  // producer/consumer workload (--consumers workers per step).
+  bool pipeline = false;
 
   // The workload's topics (`topics` of them), set by the harness before the
   // workload starts: topic_name(0..) alone; in a cluster, where placement
@@ -538,6 +549,10 @@ std::optional<config> parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
       return argv[++i];
     };
+    if (a == "--pipeline") {
+      c.pipeline = true;
+      continue;
+    }
     if (a == "--seed") {
       c.seed = std::stoull(value());
       continue;
@@ -550,7 +565,7 @@ std::optional<config> parse_args(int argc, char** argv) {
                                     [&](const int_flag& f) { return f.name == a; });
     if (flag == std::end(int_flags)) {
       std::cerr << "crash_loop: unknown flag " << a
-                << "\nflags: --seed S --data-dir DIR --onceqd PATH";
+                << "\nflags: --pipeline --seed S --data-dir DIR --onceqd PATH";
       for (const auto& f : int_flags) std::cerr << " " << f.name << " " << f.unit;
       std::cerr << "\n";
       return std::nullopt;
@@ -570,6 +585,10 @@ std::optional<config> parse_args(int argc, char** argv) {
     std::cerr << "crash_loop: bad flag values (--cluster needs 3..7 nodes, so that a majority"
                  " stays up while one is down; --shards at most "
               << k_max_test_groups << ")\n";
+    return std::nullopt;
+  }
+  if (c.pipeline && c.cluster > 0) {
+    std::cerr << "crash_loop: --pipeline is for one onceqd, not --cluster\n";
     return std::nullopt;
   }
   if (c.cluster > 0 && c.rollback_at_kill > 0) {
@@ -789,6 +808,57 @@ class stopwatch {
 
 // ---- one onceqd ------------------------------------------------------------
 
+// Restarts the killed onceqd; false (with setup_error) if it did not come
+// back.
+bool restart_single(server_process& server, shared_state& s, std::string& setup_error) {
+  try {
+    server.start();
+  } catch (const std::exception& e) {
+    setup_error = std::string("onceqd did not recover: ") + e.what();
+    return false;
+  }
+  s.ports[0] = server.port();
+  return true;
+}
+
+// The kill phase of one onceqd: kills and restarts it until cfg.kills or
+// --duration-limit (the random schedule from cfg.seed).
+void kill_single(const config& cfg, server_process& server, shared_state& s, run_outcome& o,
+                 const stopwatch& clock, std::string& setup_error) {
+  std::mt19937_64 rng(cfg.seed);
+  while (o.kills < cfg.kills && clock.seconds() < cfg.duration_limit_s) {
+    const auto up =
+        cfg.kill_min_ms +
+        static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(up));
+    s.ports[0] = 0;
+    server.kill9();
+    ++o.kills;
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        rng() % static_cast<std::uint64_t>(std::max(1, cfg.down_max_ms))));
+    if (cfg.rollback_at_kill > 0) {
+      namespace fs = std::filesystem;
+      const fs::path data = server.data_dir();
+      const fs::path copy = data.string() + ".rollback";
+      if (o.kills == cfg.rollback_at_kill) {
+        fs::remove_all(copy);
+        fs::copy(data, copy, fs::copy_options::recursive);
+      } else if (o.kills == cfg.rollback_at_kill + 2) {
+        fs::remove_all(data);
+        fs::rename(copy, data);
+        std::cerr << "crash_loop: rolled " << data << " back to its copy of kill "
+                  << cfg.rollback_at_kill << " (fault injection)\n";
+      }
+    }
+    if (!restart_single(server, s, setup_error)) break;
+    if (o.kills % 25 == 0) {
+      std::cerr << "crash_loop: " << o.kills << " kills, " << static_cast<int>(clock.seconds())
+                << " s\n";
+    }
+  }
+  o.kill_phase_s = clock.seconds();
+}
+
 int run_single(config cfg) {
   for (int t = 0; t < cfg.topics; ++t) cfg.topic_names.push_back(topic_name(t));
   const stopwatch clock;
@@ -832,50 +902,10 @@ int run_single(config cfg) {
   workload w(cfg, s);
 
   // Kill phase.
-  std::mt19937_64 rng(cfg.seed);
   run_outcome o;
   std::string setup_error;
-  auto restart = [&]() -> bool {
-    try {
-      server->start();
-    } catch (const std::exception& e) {
-      setup_error = std::string("onceqd did not recover: ") + e.what();
-      return false;
-    }
-    s.ports[0] = server->port();
-    return true;
-  };
-  while (o.kills < cfg.kills && clock.seconds() < cfg.duration_limit_s) {
-    const auto up =
-        cfg.kill_min_ms +
-        static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(up));
-    s.ports[0] = 0;
-    server->kill9();
-    ++o.kills;
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        rng() % static_cast<std::uint64_t>(std::max(1, cfg.down_max_ms))));
-    if (cfg.rollback_at_kill > 0) {
-      namespace fs = std::filesystem;
-      const fs::path data = server->data_dir();
-      const fs::path copy = data.string() + ".rollback";
-      if (o.kills == cfg.rollback_at_kill) {
-        fs::remove_all(copy);
-        fs::copy(data, copy, fs::copy_options::recursive);
-      } else if (o.kills == cfg.rollback_at_kill + 2) {
-        fs::remove_all(data);
-        fs::rename(copy, data);
-        std::cerr << "crash_loop: rolled " << data << " back to its copy of kill "
-                  << cfg.rollback_at_kill << " (fault injection)\n";
-      }
-    }
-    if (!restart()) break;
-    if (o.kills % 25 == 0) {
-      std::cerr << "crash_loop: " << o.kills << " kills, " << static_cast<int>(clock.seconds())
-                << " s\n";
-    }
-  }
-  o.kill_phase_s = clock.seconds();
+  auto restart = [&]() -> bool { return restart_single(*server, s, setup_error); };
+  kill_single(cfg, *server, s, o, clock, setup_error);
 
   // Final phase: no more kills; producers finish, consumers ack everything
   // until the group is drained.
@@ -1123,7 +1153,648 @@ int run_cluster(config cfg) {
   return status;
 }
 
+// ---- workflow-step pipelines (--pipeline) ----------------------------------
+//
+// Producers put messages into step1 (value = a unique id "p<i>-<n>"); the
+// workers of step1 ack each delivery with a produce of one step2 message
+// carrying the same id, the workers of step2 ack with one step3 message,
+// the workers of step3 just ack. An ack and its produce are one command, so
+// whatever the kills, lost leases and crashed workers do, every step1
+// message that is stored yields exactly one step2 and one step3 message.
+// After the drain (no kills) and one more kill, group "audit" reads all
+// three topics from the start and the harness checks exactly that.
+
+constexpr int k_steps = 3;
+constexpr std::string_view k_audit_group = "audit";
+
+std::string step_topic(int step) {
+  return "step" + std::to_string(step + 1);
+}
+
+// A place an ack's answer said it stored a message of the next step at.
+struct step_place {
+  std::string id;
+  int step = 0;  // the topic it went to (0-based)
+  position pos;
+};
+
+struct pipeline_history {
+  std::set<std::string> attempted;  // step1 ids sent at least once
+  std::set<std::string> answered;   // step1 ids with a 2xx
+  std::vector<step_place> places;   // from 200 answers of acks with produce
+  std::array<std::size_t, k_steps> deliveries{}, redeliveries{}, acks_ok{}, acks_fenced{},
+      acks_unknown{};
+  std::size_t stored_answers = 0;   // produced entries answered "stored"
+  std::size_t pending_answers = 0;  // ... answered "pending" (outbox)
+  std::size_t stored_unplaced = 0;  // ... answered "stored" without a place
+  std::size_t crashes = 0, slow = 0;
+  std::vector<std::string> unexpected;
+
+  void append(pipeline_history&& o) {
+    attempted.merge(o.attempted);
+    answered.merge(o.answered);
+    places.insert(places.end(), o.places.begin(), o.places.end());
+    for (int i = 0; i < k_steps; ++i) {
+      deliveries[i] += o.deliveries[i];
+      redeliveries[i] += o.redeliveries[i];
+      acks_ok[i] += o.acks_ok[i];
+      acks_fenced[i] += o.acks_fenced[i];
+      acks_unknown[i] += o.acks_unknown[i];
+    }
+    stored_answers += o.stored_answers;
+    pending_answers += o.pending_answers;
+    stored_unplaced += o.stored_unplaced;
+    crashes += o.crashes;
+    slow += o.slow;
+    unexpected.insert(unexpected.end(), o.unexpected.begin(), o.unexpected.end());
+  }
+};
+
+class pipeline_producer {
+ public:
+  pipeline_producer(int index, const config& cfg, shared_state& s)
+      : index_(index),
+        cfg_(cfg),
+        s_(s),
+        rng_(cfg.seed * 7919 + 500 + index),
+        conn_(s, cfg.seed * 7919 + 700 + index) {}
+
+  void run() {
+    for (long long n = 0; !s_.stop_producing.load(); n += 2) {
+      const std::string a = numbered(numbered("p", index_) + "-", n);
+      const std::string b = numbered(numbered("p", index_) + "-", n + 1);
+      if (rng_() % 10 < 3) {
+        send({{"topic", step_topic(0)}, {"messages", {message(a), message(b)}}}, a + ".batch",
+             {a, b});
+      } else {
+        send(with_topic(message(a)), a, {a});
+        send(with_topic(message(b)), b, {b});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(cfg_.produce_pause_ms));
+    }
+  }
+
+  pipeline_history take() { return std::move(h_); }
+
+ private:
+  static json message(const std::string& id) {
+    return {{"key", id}, {"value", id}, {"envelope", {{"idempotency_key", id}}}};
+  }
+  static json with_topic(json m) {
+    m["topic"] = step_topic(0);
+    return m;
+  }
+
+  // The same body and Idempotency-Key until a 200 (stored once); gives up
+  // 15 s after the producers were told to stop.
+  void send(const json& body, const std::string& dedup_id, const std::vector<std::string>& ids) {
+    h_.attempted.insert(ids.begin(), ids.end());
+    std::optional<millis> give_up;
+    for (;;) {
+      if (!give_up && s_.stop_producing.load()) give_up = now_ms() + 15'000;
+      if (give_up && now_ms() > *give_up) return;
+      auto r = conn_.send("POST", "/v1/produce", body, {{"Idempotency-Key", dedup_id}});
+      if (r && r->status == 200) {
+        h_.answered.insert(ids.begin(), ids.end());
+        return;
+      }
+      if (r && !retryable(r->status)) {
+        h_.unexpected.push_back("produce " + dedup_id + ": " + std::to_string(r->status) + " " +
+                                r->body);
+        return;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  int index_;
+  const config& cfg_;
+  shared_state& s_;
+  std::mt19937_64 rng_;
+  connection conn_;
+  pipeline_history h_;
+};
+
+// A worker of one step: consumes its topic in group g and acks each
+// delivery with the next step's message (the last step: a plain ack).
+// Some deliveries are dropped (a crash: the next owner is another
+// incarnation) or acked after their lease ran out.
+class step_worker {
+ public:
+  step_worker(int step, int index, const config& cfg, shared_state& s)
+      : step_(step),
+        index_(index),
+        s_(s),
+        rng_(cfg.seed * 7919 + 900 + step * 100 + index),
+        conn_(s, cfg.seed * 7919 + 1300 + step * 100 + index) {}
+
+  void run() {
+    while (!s_.stop_consuming.load()) {
+      const bool final_phase = s_.final_phase.load();
+      const std::int64_t lease_ms = final_phase ? 5000 : 200 + pick(301);
+      json body = {{"topic", step_topic(step_)},  {"group", k_group}, {"owner", owner()},
+                   {"max_messages", 1 + pick(4)}, {"wait_ms", 100},   {"lease_ms", lease_ms}};
+      auto r = conn_.send("POST", "/v1/consume", body);
+      if (!r || r->status != 200) {
+        if (r && !retryable(r->status)) add_unexpected("consume", *r);
+        std::this_thread::sleep_for(20ms);
+        continue;
+      }
+      std::vector<got> ds;
+      for (const auto& m : r->ndjson()) {
+        ds.push_back({m.at("value").get<std::string>(), m.at("partition").get<std::uint32_t>(),
+                      m.at("offset").get<std::uint64_t>(), m.at("attempts").get<std::int64_t>()});
+        ++h_.deliveries[step_];
+        if (ds.back().attempts > 1) ++h_.redeliveries[step_];
+      }
+      settle_all(ds, final_phase, lease_ms);
+    }
+  }
+
+  pipeline_history take() { return std::move(h_); }
+
+ private:
+  struct got {
+    std::string id;
+    std::uint32_t partition;
+    std::uint64_t offset;
+    std::int64_t attempts;
+  };
+
+  int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
+  std::string owner() const {
+    return "w" + std::to_string(step_ + 1) + "." + std::to_string(index_) + "." +
+           std::to_string(incarnation_);
+  }
+  void add_unexpected(const std::string& what, const http_response& r) {
+    h_.unexpected.push_back(step_topic(step_) + " " + what + ": " + std::to_string(r.status) + " " +
+                            r.body);
+  }
+
+  void settle_all(const std::vector<got>& ds, bool final_phase, std::int64_t lease_ms) {
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      const int roll = final_phase ? 99 : pick(100);
+      if (roll < 6) {  // crash: the rest stay unacked until their leases lapse
+        ++h_.crashes;
+        ++incarnation_;
+        return;
+      }
+      if (roll < 12) {  // slow: acks after its lease ran out
+        ++h_.slow;
+        std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms + 20 + pick(180)));
+      } else if (ds.size() - i >= 2 && roll < 35) {
+        ack(std::vector<got>(ds.begin() + static_cast<std::ptrdiff_t>(i), ds.end()));
+        return;
+      }
+      ack({ds[i]});
+    }
+  }
+
+  json item(const got& d) const {
+    json x = {{"partition", d.partition}, {"offset", d.offset}, {"attempts", d.attempts}};
+    if (step_ + 1 < k_steps) {
+      json m = {{"topic", step_topic(step_ + 1)}, {"key", d.id}, {"value", d.id}};
+      // step2's messages carry the id as idempotency key, step3's none.
+      if (step_ == 0) m["envelope"] = {{"idempotency_key", d.id}};
+      x["produce"] = json::array({m});
+    }
+    return x;
+  }
+
+  // An accepted ack's produced list: each "stored" entry's place.
+  void note_produced(const got& d, const json& outcome) {
+    if (step_ + 1 >= k_steps) return;
+    if (!outcome.contains("produced")) {
+      h_.unexpected.push_back(step_topic(step_) + " ack without produced: " + outcome.dump());
+      return;
+    }
+    for (const auto& p : outcome.at("produced")) {
+      const std::string st = p.value("status", "");
+      if (p.value("topic", "") != step_topic(step_ + 1)) {
+        h_.unexpected.push_back(step_topic(step_) + " ack produced another topic: " + p.dump());
+      } else if (st == "stored" && !p.contains("partition")) {
+        ++h_.stored_unplaced;  // stored, the answer does not know where
+      } else if (st == "stored") {
+        ++h_.stored_answers;
+        h_.places.push_back(
+            {d.id,
+             step_ + 1,
+             {p.at("partition").get<std::uint32_t>(), p.at("offset").get<std::uint64_t>()}});
+      } else if (st == "pending") {
+        ++h_.pending_answers;
+      } else {
+        h_.unexpected.push_back(step_topic(step_) + " ack produced: " + p.dump());
+      }
+    }
+  }
+
+  // One ack (single, or batch when ds has several), retried on no answer
+  // or 429/503 for up to 5 s.
+  void ack(const std::vector<got>& ds) {
+    const bool batch = ds.size() > 1;
+    json body = {{"topic", step_topic(step_)}, {"group", k_group}, {"owner", owner()}};
+    if (batch) {
+      body["acks"] = json::array();
+      for (const auto& d : ds) body["acks"].push_back(item(d));
+    } else {
+      body.update(item(ds.front()));
+    }
+    const millis sent = now_ms();
+    bool lost_one = false;
+    std::optional<http_response> r;
+    for (;;) {
+      r = conn_.send("POST", "/v1/ack", body);
+      if (r && !retryable(r->status)) break;
+      lost_one = lost_one || !r;
+      if (now_ms() - sent > 5000 || s_.stop_consuming.load()) {
+        r.reset();
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    if (!r) {
+      h_.acks_unknown[step_] += ds.size();
+      return;
+    }
+    auto refused = [&] {
+      if (lost_one) {
+        ++h_.acks_unknown[step_];
+      } else {
+        ++h_.acks_fenced[step_];
+      }
+    };
+    if (!batch) {
+      const bool with_produce = step_ + 1 < k_steps;
+      if (r->status == (with_produce ? 200u : 204u)) {
+        ++h_.acks_ok[step_];
+        if (with_produce) note_produced(ds.front(), r->json());
+      } else {
+        if (r->status != 409) add_unexpected("ack", *r);
+        refused();
+      }
+      return;
+    }
+    if (r->status != 200) {
+      add_unexpected("batch ack", *r);
+      for (std::size_t i = 0; i < ds.size(); ++i) refused();
+      return;
+    }
+    const auto results = r->json().at("results");
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      const auto& x = results.at(i);
+      if (x.at("status") == "acked") {
+        ++h_.acks_ok[step_];
+        note_produced(ds[i], x);
+      } else {
+        if (x.value("error", "") != "FAILED_PRECONDITION") {
+          h_.unexpected.push_back(step_topic(step_) + " batch ack item: " + x.dump());
+        }
+        refused();
+      }
+    }
+  }
+
+  int step_;
+  int index_;
+  shared_state& s_;
+  std::mt19937_64 rng_;
+  connection conn_;
+  pipeline_history h_;
+  int incarnation_ = 0;
+};
+
+// What group "audit" found in one step's topic: each id's places.
+struct step_audit {
+  std::map<std::string, std::set<position>> places;
+  std::size_t messages = 0;  // distinct places
+  bool complete = false;     // drained, nothing auto-acked
+  std::string problem;
+};
+
+// Reads a whole topic with group "audit" (acking what it got, so that a
+// duplicate of a keyed message would show as auto_acked), then checks that
+// the group is empty and auto-acked nothing.
+step_audit audit_topic(const std::string& topic, const getter& get,
+                       const std::function<std::optional<http_response>(const json&)>& post_ack,
+                       const std::function<std::optional<http_response>(const json&)>& consume) {
+  step_audit a;
+  int empty_in_a_row = 0;
+  int failures = 0;
+  std::set<position> seen;
+  while (empty_in_a_row < 3) {
+    auto r = consume({{"topic", topic},
+                      {"group", k_audit_group},
+                      {"owner", "auditor"},
+                      {"max_messages", 1000},
+                      {"wait_ms", 200},
+                      {"lease_ms", 60'000}});
+    if (!r || r->status != 200) {
+      if (++failures > 20) {
+        a.problem =
+            "consume failed: " + (r ? std::to_string(r->status) + " " + r->body : "no answer");
+        return a;
+      }
+      std::this_thread::sleep_for(100ms);
+      continue;
+    }
+    const auto ms = r->ndjson();
+    if (ms.empty()) {
+      ++empty_in_a_row;
+      continue;
+    }
+    empty_in_a_row = 0;
+    json acks = json::array();
+    for (const auto& m : ms) {
+      const position pos{m.at("partition").get<std::uint32_t>(),
+                         m.at("offset").get<std::uint64_t>()};
+      if (seen.insert(pos).second) a.places[m.at("value").get<std::string>()].insert(pos);
+      acks.push_back({{"partition", pos.first},
+                      {"offset", pos.second},
+                      {"attempts", m.at("attempts").get<std::int64_t>()}});
+    }
+    auto ar = post_ack(
+        {{"topic", topic}, {"group", k_audit_group}, {"owner", "auditor"}, {"acks", acks}});
+    if (!ar || ar->status != 200) {
+      a.problem = "audit ack: " + (ar ? std::to_string(ar->status) + " " + ar->body : "no answer");
+      return a;
+    }
+  }
+  a.messages = seen.size();
+  auto t = get("/v1/topics/" + topic);
+  if (!t || t->status != 200) {
+    a.problem = "GET /v1/topics/" + topic + ": " + (t ? std::to_string(t->status) : "no answer");
+    return a;
+  }
+  const auto g = t->json().at("groups").value(std::string(k_audit_group), json::object());
+  const auto backlog = g.value("backlog", std::uint64_t{1});
+  const auto inflight = g.value("inflight", std::uint64_t{1});
+  const auto auto_acked = g.value("auto_acked", std::uint64_t{1});
+  if (backlog != 0 || inflight != 0 || auto_acked != 0) {
+    a.problem = "group audit after reading: " + g.dump() +
+                (auto_acked != 0 ? " (auto_acked: a keyed message stored twice)" : "");
+    return a;
+  }
+  a.complete = true;
+  return a;
+}
+
+// The pipeline's promises, checked against the audit of the three topics.
+std::vector<violation> check_pipeline(const pipeline_history& h,
+                                      const std::array<step_audit, k_steps>& audit) {
+  std::vector<violation> v;
+  for (int s = 0; s < k_steps; ++s) {
+    if (!audit[s].complete)
+      v.push_back({"audit_incomplete", step_topic(s) + ": " + audit[s].problem});
+  }
+  auto count = [&](int s, const std::string& id) {
+    auto it = audit[s].places.find(id);
+    return it == audit[s].places.end() ? std::size_t{0} : it->second.size();
+  };
+  auto places_of = [&](int s, const std::string& id) {
+    std::string out;
+    auto it = audit[s].places.find(id);
+    if (it == audit[s].places.end()) return out;
+    for (const auto& p : it->second) {
+      out += " " + std::to_string(p.first) + "/" + std::to_string(p.second);
+    }
+    return out;
+  };
+  // Every answered id, and every stored one: once in each step.
+  std::set<std::string> ids = h.answered;
+  for (const auto& [id, _] : audit[0].places) ids.insert(id);
+  for (const auto& id : ids) {
+    for (int s = 0; s < k_steps; ++s) {
+      const auto n = count(s, id);
+      if (n == 0) {
+        v.push_back(
+            {"lost_step" + std::to_string(s + 1),
+             id + (h.answered.count(id) ? " (produce answered 2xx)" : " (stored, unanswered)") +
+                 ": in step1 x" + std::to_string(count(0, id)) + ", step2 x" +
+                 std::to_string(count(1, id)) + ", step3 x" + std::to_string(count(2, id))});
+      } else if (n > 1) {
+        v.push_back({"duplicate_step" + std::to_string(s + 1),
+                     id + " stored " + std::to_string(n) + " times at" + places_of(s, id)});
+      }
+    }
+  }
+  // Nothing in a later step without its message in the step before.
+  for (int s = 1; s < k_steps; ++s) {
+    for (const auto& [id, _] : audit[s].places) {
+      if (count(s - 1, id) == 0) {
+        v.push_back({"orphan_step" + std::to_string(s + 1),
+                     id + " in " + step_topic(s) + " at" + places_of(s, id) + " but not in " +
+                         step_topic(s - 1) + (h.attempted.count(id) ? "" : " (never produced)")});
+      }
+    }
+  }
+  // An accepted ack's answer names where the message is.
+  for (const auto& p : h.places) {
+    auto it = audit[p.step].places.find(p.id);
+    if (it == audit[p.step].places.end() || it->second.count(p.pos) == 0) {
+      v.push_back({"wrong_place", step_topic(p.step) + " " + p.id + ": the ack answered " +
+                                      std::to_string(p.pos.first) + "/" +
+                                      std::to_string(p.pos.second) + ", the audit found it at" +
+                                      places_of(p.step, p.id)});
+    }
+  }
+  for (const auto& u : h.unexpected) v.push_back({"unexpected_status", u});
+  return v;
+}
+
+bool pipeline_drained(const getter& get) {
+  for (int s = 0; s < k_steps; ++s) {
+    auto r = get("/v1/topics/" + step_topic(s));
+    if (!r || r->status != 200) return false;
+    auto j = r->json();
+    if (!j.at("groups").contains(k_group)) return false;
+    const auto& g = j.at("groups").at(k_group);
+    if (g.at("backlog").get<std::uint64_t>() != 0 || g.at("inflight").get<std::uint64_t>() != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One onceqd: create step1, step3, step2 (in that order: with --shards 2
+// placement puts step1 and step2 on one shard, step3 on the other, so that
+// step1 -> step2 is written in the ack's transaction and step2 -> step3
+// goes through the outbox), run the producers and step workers under the
+// killer, drain, kill once more, audit.
+int run_pipeline(config cfg) {
+  const stopwatch clock;
+  server_process::options opts;
+  opts.onceqd_path = cfg.onceqd;
+  opts.data_dir = cfg.data_dir;
+  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
+  std::unique_ptr<server_process> server;
+  try {
+    server = std::make_unique<server_process>(opts);
+  } catch (const std::exception& e) {
+    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
+    return 3;
+  }
+  shared_state s(1);
+  s.ports[0] = server->port();
+  for (int step : {0, 2, 1}) {
+    http_client c(server->port(), k_client_timeout);
+    auto r = c.post("/v1/topics", {{"name", step_topic(step)},
+                                   {"partitions", 4},
+                                   {"lease_ms", 300},
+                                   {"dedup_window_ms", 3'600'000}});
+    if (r.status != 201) {
+      std::cerr << "crash_loop: create topic: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+  // Group "audit" exists from the start, so that every message stays for it
+  // (a message every group acked is gone).
+  for (int step = 0; step < k_steps; ++step) {
+    http_client c(server->port(), k_client_timeout);
+    auto r = c.post("/v1/consume", {{"topic", step_topic(step)},
+                                    {"group", k_audit_group},
+                                    {"owner", "auditor"},
+                                    {"max_messages", 1},
+                                    {"wait_ms", 0}});
+    if (r.status != 200) {
+      std::cerr << "crash_loop: create group audit: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+  for (int sh = 0; sh < std::min(cfg.shards, k_steps); ++sh) {
+    http_client c(server->port(), k_client_timeout);
+    const std::string none = "onceq_shard_topics{shard=\"" + std::to_string(sh) + "\"} 0\n";
+    auto r = c.get("/metrics");
+    if (r.status != 200 || r.body.find(none) != std::string::npos) {
+      std::cerr << "crash_loop: shard " << sh << " got no topic: " << r.status << "\n";
+      return 3;
+    }
+  }
+
+  std::vector<std::unique_ptr<pipeline_producer>> producers;
+  std::vector<std::unique_ptr<step_worker>> workers;
+  std::vector<std::thread> producer_threads, worker_threads;
+  for (int i = 0; i < cfg.producers; ++i) {
+    producers.push_back(std::make_unique<pipeline_producer>(i, cfg, s));
+    producer_threads.emplace_back([p = producers.back().get()] { p->run(); });
+  }
+  for (int step = 0; step < k_steps; ++step) {
+    for (int i = 0; i < cfg.consumers; ++i) {
+      workers.push_back(std::make_unique<step_worker>(step, i, cfg, s));
+      worker_threads.emplace_back([w = workers.back().get()] { w->run(); });
+    }
+  }
+  auto join = [](std::vector<std::thread>& ts) {
+    for (auto& t : ts) {
+      if (t.joinable()) t.join();
+    }
+  };
+
+  run_outcome o;
+  std::string setup_error;
+  kill_single(cfg, *server, s, o, clock, setup_error);
+
+  s.stop_producing = true;
+  join(producer_threads);
+  s.final_phase = true;
+  if (setup_error.empty()) {
+    http_client c(server->port(), k_client_timeout);
+    const getter get = [&](const std::string& t) -> std::optional<http_response> {
+      try {
+        return c.get(t);
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+    };
+    // Quiet for 6 polls (1.8 s): longer than the relay's retry period.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_limit_s);
+    int quiet = 0;
+    while (std::chrono::steady_clock::now() < end && quiet < 6) {
+      std::this_thread::sleep_for(300ms);
+      quiet = pipeline_drained(get) ? quiet + 1 : 0;
+    }
+    o.drain_ok = quiet >= 6;
+  }
+  s.stop_consuming = true;
+  join(worker_threads);
+  pipeline_history h;
+  for (auto& p : producers) h.append(p->take());
+  for (auto& w : workers) h.append(w->take());
+
+  // One more kill: the audit reads what survived it.
+  std::array<step_audit, k_steps> audit;
+  if (setup_error.empty()) {
+    s.ports[0] = 0;
+    server->kill9();
+    ++o.kills;
+    if (restart_single(*server, s, setup_error)) {
+      connection conn(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
+      const getter get = [&](const std::string& t) { return conn.send("GET", t); };
+      auto post = [&](const char* target) {
+        return [&conn, target](const json& b) { return conn.send("POST", target, b); };
+      };
+      // A relay pass after the restart may still carry outbox entries.
+      std::this_thread::sleep_for(1s);
+      for (int st = 0; st < k_steps; ++st) {
+        audit[st] = audit_topic(step_topic(st), get, post("/v1/ack"), post("/v1/consume"));
+      }
+    }
+  }
+  if (!setup_error.empty()) {
+    std::cerr << "crash_loop: " << setup_error << "\n" << server->log_tail() << "\n";
+    return 3;
+  }
+
+  auto violations = check_pipeline(h, audit);
+  if (!o.drain_ok) {
+    violations.push_back(
+        {"not_drained", "group g of step1..3 still had backlog or inflight after " +
+                            std::to_string(cfg.drain_limit_s) + " s"});
+  }
+  std::map<std::string, std::size_t> by_rule;
+  for (const auto& v : violations) ++by_rule[v.rule];
+  std::size_t redeliveries = 0, acks_ok = 0;
+  std::cout << "crash_loop: --pipeline, seed " << cfg.seed
+            << (cfg.shards > 0 ? ", --shards " + std::to_string(cfg.shards) : std::string()) << "\n"
+            << "  kills                       " << o.kills << " (" << cfg.kills
+            << " asked + 1 before the audit)\n"
+            << "  kill phase                  " << static_cast<int>(o.kill_phase_s) << " s\n"
+            << "  step1 produces              " << h.attempted.size() << " sent, "
+            << h.answered.size() << " answered 2xx\n";
+  for (int st = 0; st < k_steps; ++st) {
+    redeliveries += h.redeliveries[st];
+    acks_ok += h.acks_ok[st];
+    std::cout << "  " << step_topic(st) << ": stored " << audit[st].messages << " ("
+              << audit[st].places.size() << " ids), deliveries " << h.deliveries[st] << " ("
+              << h.redeliveries[st] << " redeliveries), acks ok " << h.acks_ok[st] << ", fenced "
+              << h.acks_fenced[st] << ", unknown " << h.acks_unknown[st] << "\n";
+  }
+  std::cout << "  produced answers            " << h.stored_answers << " stored, "
+            << h.stored_unplaced << " stored without a place, " << h.pending_answers << " pending\n"
+            << "  worker crashes / slow acks  " << h.crashes << " / " << h.slow << "\n"
+            << "  violations                  " << violations.size() << "\n"
+            << "  elapsed                     " << static_cast<int>(clock.seconds()) << " s\n";
+  for (const auto& [rule, n] : by_rule) std::cout << "    " << rule << ": " << n << "\n";
+  int shown = 0;
+  for (const auto& v : violations) {
+    if (++shown > 30) break;
+    std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+  }
+  if (!violations.empty()) return 1;
+  if (o.kills < cfg.kills + 1) {
+    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
+              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
+    return 2;
+  }
+  if (h.answered.empty() || acks_ok == 0 || redeliveries == 0) {
+    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
+    return 2;
+  }
+  std::cout << "crash_loop: OK\n";
+  return 0;
+}
+
 int run(const config& cfg) {
+  if (cfg.pipeline) return run_pipeline(cfg);
   return cfg.cluster > 0 ? run_cluster(cfg) : run_single(cfg);
 }
 
