@@ -1,5 +1,6 @@
 #include "shard/outbox_relay.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/log.hpp"
@@ -68,7 +69,7 @@ void outbox_relay::start() {
       run_cv_.wait_for(lock, k_retry_ms, [this] { return stopping_; });
       if (stopping_) break;
       lock.unlock();
-      for (std::uint32_t s = 0; s < sources_.size(); ++s) kick(s);
+      for (std::uint32_t s = 0; s < sources_.size(); ++s) kick_fresh(s);
       lock.lock();
     }
   });
@@ -83,10 +84,20 @@ void outbox_relay::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void outbox_relay::kick_fresh(std::uint32_t source) {
+  if (source >= sources_.size()) return;
+  {
+    std::lock_guard lock(sources_[source]->mu);
+    sources_[source]->fresh_next = true;
+  }
+  kick(source);
+}
+
 void outbox_relay::kick(std::uint32_t source) {
   if (source >= sources_.size()) return;
   auto& s = *sources_[source];
   std::uint64_t pass = 0;
+  bool fresh = false;
   {
     std::lock_guard lock(s.mu);
     if (s.running) {
@@ -95,8 +106,9 @@ void outbox_relay::kick(std::uint32_t source) {
     }
     s.running = true;
     pass = ++s.pass;
+    fresh = std::exchange(s.fresh_next, false);
   }
-  run_pass(source, pass);
+  run_pass(source, pass, fresh);
 }
 
 void outbox_relay::flush(std::uint32_t source, std::vector<std::uint64_t> seqs, flushed_fn done) {
@@ -110,18 +122,36 @@ void outbox_relay::flush(std::uint32_t source, std::vector<std::uint64_t> seqs, 
     std::lock_guard lock(s.mu);
     // The pass running now (if any) may have read the outbox before these
     // entries were in it: the next one answers.
+    for (auto seq : seqs) s.durable_upto = std::max(s.durable_upto, seq);
     s.waiters.push_back(waiter{std::move(seqs), std::move(done), s.pass + 1});
   }
   kick(source);
 }
 
-void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass) {
-  shards_.at(source).execute<std::vector<outbox_entry>>(
-      [](broker& b) { return b.outbox_pending(k_max_batch); },
-      [this, source, pass](result<std::vector<outbox_entry>> r) {
-        if (!r.ok() || r->empty()) return end_pass(source, pass, {}, false);
+void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh) {
+  shards_.at(source).query<std::vector<outbox_entry>>(
+      fresh, [](broker& b) { return b.outbox_pending(k_max_batch); },
+      [this, source, pass, fresh](result<std::vector<outbox_entry>> r) {
+        if (!r.ok() || r->empty()) {
+          took(source, pass, {});
+          return end_pass(source, false);
+        }
         auto st = std::make_shared<pass_state>();
         st->more = r->size() >= k_max_batch;
+        {
+          // Taken already, their outbox_done on its way: not again. Read
+          // as it is: only what is durable.
+          auto& s = *sources_[source];
+          std::lock_guard lock(s.mu);
+          if (fresh && !r->empty()) s.durable_upto = std::max(s.durable_upto, r->back().seq);
+          std::erase_if(*r, [&](const outbox_entry& e) {
+            return s.finishing.contains(e.seq) || e.seq > s.durable_upto;
+          });
+        }
+        if (r->empty()) {
+          took(source, pass, {});
+          return end_pass(source, st->more);
+        }
         std::map<std::uint32_t, outbox_append_cmd> by_target;
         for (auto& e : *r) {
           st->topics.emplace(e.seq, e.msg.topic);
@@ -151,54 +181,74 @@ void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass) {
                        last = --st->waiting == 0;
                      }
                      if (!last) return;
-                     if (st->done.empty()) return end_pass(source, pass, {}, false);
+                     // Stored for good on their targets: the acks waiting
+                     // for them can answer now.
+                     took(source, pass, st->taken);
+                     if (st->done.empty()) return end_pass(source, false);
+                     std::vector<std::uint64_t> seqs;
+                     {
+                       auto& s = *sources_[source];
+                       std::lock_guard lock(s.mu);
+                       for (const auto& a : st->done) {
+                         s.finishing.insert(a.seq);
+                         seqs.push_back(a.seq);
+                       }
+                     }
                      shards_.at(source).submit(
                          outbox_done_cmd{std::move(st->done)},
-                         [this, st, source, pass](result<void> r) {
-                           // Not written: the records stay and go again
-                           // (their targets drop them as repeats).
-                           end_pass(source, pass, r.ok() ? std::move(st->taken)
-                                                         : std::map<std::uint64_t, step_produced>{},
-                                    r.ok() && st->more);
+                         [this, source, seqs = std::move(seqs)](result<void>) {
+                           // Not written: the records stay and go again (their
+                           // targets drop them as repeats).
+                           auto& s = *sources_[source];
+                           std::lock_guard lock(s.mu);
+                           for (auto seq : seqs) s.finishing.erase(seq);
                          });
+                     end_pass(source, st->more);
                    });
         }
       });
 }
 
-void outbox_relay::end_pass(std::uint32_t source, std::uint64_t pass,
-                            std::map<std::uint64_t, step_produced> taken, bool more) {
+void outbox_relay::took(std::uint32_t source, std::uint64_t pass,
+                        std::map<std::uint64_t, step_produced> taken) {
   auto& s = *sources_[source];
-  std::vector<waiter> ready;
+  std::vector<std::pair<waiter, std::map<std::uint64_t, step_produced>>> ready;
+  {
+    std::lock_guard lock(s.mu);
+    for (auto& [seq, p] : taken) s.recent.insert_or_assign(seq, p);
+    while (s.recent.size() > k_recent_max) s.recent.erase(s.recent.begin());
+    for (auto it = s.waiters.begin(); it != s.waiters.end();) {
+      if (it->from_pass > pass) {
+        ++it;
+        continue;
+      }
+      std::map<std::uint64_t, step_produced> out;
+      for (auto seq : it->seqs) {
+        auto r = s.recent.find(seq);
+        if (r != s.recent.end()) {
+          out.emplace(seq, r->second);
+        } else {
+          step_produced p;
+          p.pending = true;
+          p.outbox_seq = seq;
+          out.emplace(seq, std::move(p));
+        }
+      }
+      ready.emplace_back(std::move(*it), std::move(out));
+      it = s.waiters.erase(it);
+    }
+  }
+  for (auto& [w, out] : ready) w.done(std::move(out));
+}
+
+void outbox_relay::end_pass(std::uint32_t source, bool more) {
+  auto& s = *sources_[source];
   bool again = false;
   {
     std::lock_guard lock(s.mu);
-    for (auto it = s.waiters.begin(); it != s.waiters.end();) {
-      if (it->from_pass <= pass) {
-        ready.push_back(std::move(*it));
-        it = s.waiters.erase(it);
-      } else {
-        ++it;
-      }
-    }
     s.running = false;
     again = s.again || more;
     s.again = false;
-  }
-  for (auto& w : ready) {
-    std::map<std::uint64_t, step_produced> out;
-    for (auto seq : w.seqs) {
-      auto it = taken.find(seq);
-      if (it != taken.end()) {
-        out.emplace(seq, it->second);
-      } else {
-        step_produced p;
-        p.pending = true;
-        p.outbox_seq = seq;
-        out.emplace(seq, std::move(p));
-      }
-    }
-    w.done(std::move(out));
   }
   if (again) kick(source);
 }

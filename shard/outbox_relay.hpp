@@ -13,9 +13,10 @@
 //      removes those records and notes where they went on the step's key.
 // Entries a target did not take (no leader, its disk refusing writes, its
 // backlog full) stay and are sent again by the next pass: every
-// k_retry_ms while the outbox is not empty, and after every ack that adds
-// to it. Passes of one source never overlap, so a target sees each
-// source's sequences in order.
+// k_retry_ms, and after every ack that adds to the outbox. Passes of one
+// source never overlap (a pass ends when its targets answered; its
+// outbox_done may still be on its way, and the next pass skips the
+// entries it names), so a target sees each source's sequences in order.
 //
 // An ack's answer waits for one pass (flush): each of its entries is then
 // stored (with its place) or still pending.
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <atomic>
@@ -85,14 +87,32 @@ class outbox_relay {
     bool again = false;
     std::uint64_t pass = 0;  // passes started
     std::vector<waiter> waiters;
+    // What the targets took lately, by seq: a pass that started before a
+    // flush may take that flush's entries (the ack was written before its
+    // flush was asked for), so a waiter also looks here. Bounded.
+    std::map<std::uint64_t, step_produced> recent;
+    // Taken by their targets, their outbox_done not written yet: the next
+    // pass, which may start meanwhile, does not send them again.
+    std::set<std::uint64_t> finishing;
+    // Every seq up to this one is durable on the source: a flush names
+    // entries of an ack whose answer waited for durability, and the store
+    // makes writes durable in order. A pass reads the outbox as it is (no
+    // wait) and sends only these; the retry timer's pass reads durably.
+    std::uint64_t durable_upto = 0;
+    bool fresh_next = false;  // the next pass reads durably
   };
+  static constexpr std::size_t k_recent_max = 1 << 16;
   struct pass_state;
 
-  void run_pass(std::uint32_t source, std::uint64_t pass);
-  // A pass ended: what the targets took, by seq; more: the outbox may hold
-  // more than the pass read.
-  void end_pass(std::uint32_t source, std::uint64_t pass,
-                std::map<std::uint64_t, step_produced> taken, bool more);
+  void run_pass(std::uint32_t source, std::uint64_t pass, bool fresh);
+  // kick(), the pass reading the outbox durably.
+  void kick_fresh(std::uint32_t source);
+  // The targets of a pass answered: what they took, by seq. Answers the
+  // waiters the pass serves (the targets stored their entries durably).
+  void took(std::uint32_t source, std::uint64_t pass, std::map<std::uint64_t, step_produced> taken);
+  // A pass ended (its targets answered); more: the outbox may hold more
+  // than the pass read.
+  void end_pass(std::uint32_t source, bool more);
 
   shard_set& shards_;
   deliver_fn deliver_;
