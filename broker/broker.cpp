@@ -333,6 +333,9 @@ std::string broker::describe_state() const {
       out += fmt::format(" p{} start={} next={} bytes={}\n", p.index, p.start, p.next, p.bytes);
     for (const auto& [name, g] : t.groups) out += g->describe();
   });
+  out += fmt::format("outbox next={}", c.outbox_next);
+  for (const auto& [seq, created] : c.outbox) out += fmt::format(" {}@{}", seq, created);
+  out += '\n';
   return out;
 }
 

@@ -227,7 +227,11 @@ result<produce_reply> stage_produce(core& c, topic& t, const produce_cmd& cmd, m
     fresh.emplace_back(at, std::move(rec));
     reply.results.push_back(at);
   }
-  ONCEQ_TRY(check_backlog(t, fresh.size(), bytes));
+  // Messages this txn staged into t before (an earlier entry of an outbox
+  // append, an earlier ack of a batch) count against the cap too.
+  std::uint64_t staged = 0;
+  for (const auto& p : t.parts) staged += tx.peek_offset(p) - p.next;
+  ONCEQ_TRY(check_backlog(t, staged, bytes));
   const bool count_bytes = t.rec.settings.max_backlog_bytes > 0;
   tx.then([&c, tp, fresh = std::move(fresh), part_bytes = std::move(part_bytes), dups, already,
            count_bytes]() mutable {

@@ -200,6 +200,53 @@ errc do_expire(world& w) {
   return w.b->describe_state() == before ? errc::unavailable : errc::ok;
 }
 
+// Workflow steps: an ack with produce into a topic of this broker ("u")
+// and one of another shard (its outbox), each message with a dedup id.
+step_message step_to(const std::string& topic, const std::string& msg_id) {
+  step_message s;
+  s.topic = topic;
+  s.message.value = "next";
+  s.message.msg_id = msg_id;
+  return s;
+}
+void leased_one_and_u(world& w) {
+  leased_one(w);
+  w.create("u");
+}
+errc do_ack_steps(world& w) {
+  return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})",
+                                  {step_to("u", "s1"), step_to("elsewhere", "s2"),
+                                   step_to("u", "s3")}}));
+}
+void stepped_to_elsewhere(world& w) {
+  leased_one_and_u(w);
+  ASSERT_EQ(do_ack_steps(w), errc::ok);
+}
+errc do_outbox_done(world& w) {
+  outbox_appended a;
+  a.seq = 1;
+  a.stored = true;
+  a.offset = 7;
+  return code_of(w.b->outbox_done(outbox_done_cmd{{a}}));
+}
+errc do_outbox_append(world& w) {
+  outbox_append_cmd cmd;
+  cmd.source = 3;
+  cmd.entries.push_back(outbox_entry{4, step_to("t", "o4"), 0});
+  cmd.entries.push_back(outbox_entry{9, step_to("t", "o9"), 0});
+  return code_of(w.b->outbox_append(cmd));
+}
+
+TEST(BrokerFaults, AckWithProduceIsAtomic) {
+  expect_atomic(leased_one_and_u, do_ack_steps);
+}
+TEST(BrokerFaults, OutboxAppendIsAtomic) {
+  expect_atomic(one_topic, do_outbox_append);
+}
+TEST(BrokerFaults, OutboxDoneIsAtomic) {
+  expect_atomic(stepped_to_elsewhere, do_outbox_done);
+}
+
 TEST(BrokerFaults, CreateTopicIsAtomic) {
   expect_atomic_on_write_failure(one_topic, do_create);
 }
