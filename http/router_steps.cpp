@@ -132,7 +132,11 @@ void router::ack_steps(pending_ptr p, ack_request ar, shard& owner) {
         [this, st, run_ack, owner = &owner](result<void> r) mutable {
           {
             std::lock_guard lock(st->mu);
-            if (!r.ok() && !st->failed) st->failed = std::move(r).err();
+            // A target that cannot write now (disk full, no leader) does not
+            // refuse the ack: its messages wait in the outbox ("pending").
+            if (!r.ok() && r.code() != errc::unavailable && r.code() != errc::would_block &&
+                !st->failed)
+              st->failed = std::move(r).err();
             if (--st->waiting != 0) return;
           }
           if (st->failed) {
