@@ -30,6 +30,7 @@
 #include "http/codec/dlq.hpp"
 #include "http/codec/inspector.hpp"
 #include "http/codec/keys.hpp"
+#include "http/codec/outbox.hpp"
 #include "http/codec/produce.hpp"
 #include "http/codec/replay.hpp"
 #include "http/codec/topics.hpp"

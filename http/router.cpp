@@ -122,6 +122,9 @@ const router::route_def router::k_routes[] = {
     // own API calls carry the token (docs/UI.md).
     {verb::get, "/ui", &router::spawned<&router::ui>, false, scope::none},
     {verb::get, "/v1/openapi.json", &router::spawned<&router::openapi>, false, scope::none},
+    // A cluster's nodes hand each other outbox entries here; only a member
+    // (X-Onceq-Forwarded naming one) may: trusted as the raft port is.
+    {verb::post, "/v1/internal/outbox_append", &router::outbox_append_in, true, scope::none},
 };
 const std::size_t router::k_route_count = std::size(router::k_routes);
 
@@ -142,7 +145,8 @@ router::router(shard_set& shards, const clock& time, http_options opts, authenti
   }
   labels_.emplace_back(k_unmatched);
   metrics_ = std::make_unique<http_metrics>(labels_);
-  relay_ = std::make_unique<outbox_relay>(shards_);
+  relay_ = std::make_unique<outbox_relay>(
+      shards_, cluster_ == nullptr ? outbox_relay::deliver_fn{} : outbox_to_leader());
   relay_->start();
 }
 
@@ -216,6 +220,61 @@ reply router::error_reply(const error& e, const call& c, std::string_view allow)
   reply r{
       make_error_response(e, c.req.version(), error_extras{opts_.retry_after_ms, allow}), {}, {}};
   return r;
+}
+
+outbox_relay::deliver_fn router::outbox_to_leader() {
+  return [this](std::uint32_t target, outbox_append_cmd cmd,
+                std::function<void(result<std::vector<outbox_appended>>)> done) {
+    auto copy = cmd;
+    shards_.at(target).submit(
+        std::move(copy), [this, target, cmd = std::move(cmd),
+                          done = std::move(done)](result<std::vector<outbox_appended>> r) mutable {
+          // This node leads the target (or nobody does): its answer.
+          if (r.ok() || r.code() != errc::unavailable || r.err().leader == 0) return done(std::move(r));
+          std::string node = cluster_->node_at(r.err().leader);
+          if (node.empty() || node == cluster_->self()) return done(std::move(r));
+          request req{bhttp::verb::post, "/v1/internal/outbox_append", 11};
+          req.set(bhttp::field::content_type, "application/json");
+          req.body() = outbox_append_json(cmd);
+          req.prepare_payload();
+          forwarder_->forward(
+              req, fmt::format("outbox-{}-{}", cmd.source, cmd.entries.front().seq),
+              std::move(node), k_forward_timeout_ms, shards_.at(target).context().get_executor(),
+              [done = std::move(done)](result<response> res) {
+                if (res.ok() && res->result_int() == 200)
+                  return done(parse_outbox_appended(res->body()));
+                // Not reached, or refused: the entries wait for the next pass.
+                done(make_error(errc::unavailable,
+                                res.ok() ? fmt::format("the target shard's leader answered {}",
+                                                       res->result_int())
+                                         : std::string("the target shard's leader did not answer")));
+              });
+        });
+  };
+}
+
+void router::outbox_append_in(pending_ptr p) {
+  call& c = p->c;
+  if (cluster_ == nullptr)
+    return finish(std::move(p),
+                  error_reply(make_error(errc::not_found, "no outbox hand-over on a single node"), c));
+  const auto from = c.req[k_forwarded_header];
+  if (from.empty() || !cluster_->http_of(from))
+    return finish(std::move(p),
+                  error_reply(make_error(errc::permission_denied,
+                                         "only a node of this cluster hands over its outbox"),
+                              c));
+  auto params = read_params(c.req.body(), c.query, c.req.body().capacity());
+  if (!params.ok()) return finish(std::move(p), error_reply(params.err(), c));
+  auto cmd = parse_outbox_append(*params);
+  if (!cmd.ok()) return finish(std::move(p), error_reply(cmd.err(), c));
+  shard& target = route(c, cmd->entries.front().msg.topic);
+  target.submit(std::move(*cmd),
+                answer_with<result<std::vector<outbox_appended>>>(
+                    std::move(p), [this](result<std::vector<outbox_appended>> r, const call& c) {
+                      if (!r.ok()) return error_reply(r.err(), c);
+                      return json_text_reply(bhttp::status::ok, outbox_appended_json(*r));
+                    }));
 }
 
 void router::forward(pending_ptr p, std::string node) {

@@ -184,6 +184,12 @@ class router {
   // An ack that produces (a workflow step, router_steps.cpp): its targets
   // checked, the ack, and the wait for its messages on other shards.
   void ack_steps(pending_ptr p, ack_request ar, shard& owner);
+  // POST /v1/internal/outbox_append: another node's relay hands this one
+  // outbox entries for a shard it leads.
+  void outbox_append_in(pending_ptr p);
+  // A cluster's relay delivery: to this node's shard, or (not its leader)
+  // to the leader's outbox_append_in.
+  outbox_relay::deliver_fn outbox_to_leader();
   // The 403 when the request's token may not produce into topic.
   std::optional<error> deny_produce(const call& c, std::string_view topic) const;
   asio::awaitable<reply> keys(call& c);

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "broker/limits.hpp"
 #include "http/codec/detail.hpp"
 #include "http/json_write.hpp"
@@ -133,7 +135,7 @@ std::string ack_outcomes_in(std::string_view open, const std::vector<ack_outcome
 
 namespace codec_detail {
 
-std::vector<ack_item> ack_items_of(field& f) {
+std::vector<ack_item> ack_items_of(field& f, bool with_produce) {
   std::vector<ack_item> items;
   f.objects(k_max_batch, [&](std::size_t, reader& a) {
     ack_item item;
@@ -159,6 +161,10 @@ std::vector<ack_item> ack_items_of(field& f) {
                  item.fencing_token = token_of(x);
                  break;
                default:
+                 if (!with_produce)
+                   fail(fmt::format("{}: an ack carried on a consume cannot produce; send it "
+                                    "with POST /v1/ack",
+                                    x.path()));
                  item.produce = step_messages_of(x);
                  break;
              }
@@ -192,7 +198,7 @@ result<ack_request> parse_ack(const params& p) {
                // The batch form: the single form's own fields are unknown.
                if (!first_single.empty()) unknown(r, first_single);
                batch = true;
-               b.acks = ack_items_of(f);
+               b.acks = ack_items_of(f, true);
                return;
              }
              if (batch) unknown(r, f.name());
@@ -276,8 +282,11 @@ std::string ack_outcomes_json(const std::vector<ack_outcome>& outcomes) {
 }
 
 std::string ack_produced_json(const ack_outcome& o) {
+  // No list: a repeat of an ack whose message had no idempotency key (its
+  // messages were stored once, by the first).
+  if (!o.produced) return R"({"status":"acked"})";
   std::string out = R"({"produced":)";
-  append_produced(out, o.produced ? *o.produced : std::vector<step_produced>{});
+  append_produced(out, *o.produced);
   out += R"(,"status":"acked"})";
   return out;
 }

@@ -47,7 +47,7 @@ result<consume_request> parse_consume(const params& p) {
                  break;
                default:
                  if (r.from_query()) fail("acks must be sent in a JSON body (POST), not a query");
-                 out.acks = ack_items_of(f);
+                 out.acks = ack_items_of(f, false);
                  break;
              }
            });

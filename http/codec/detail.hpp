@@ -57,7 +57,9 @@ std::uint64_t token_of(field& f);
 // The items of a batch ack's "acks" (also carried on a consume): 1..1000
 // objects of partition, offset and the optional fences and result
 // (http/codec/ack.cpp).
-std::vector<ack_item> ack_items_of(field& f);
+// with_produce: an item may carry "produce" (POST /v1/ack; not the acks
+// carried on a consume, which the ack route's checks do not see).
+std::vector<ack_item> ack_items_of(field& f, bool with_produce);
 // One field of a message (produce, an ack's produce list): 0 key, 1 value,
 // 2 envelope.
 void read_message_field(std::size_t i, field& f, message_in& m);
