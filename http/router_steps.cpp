@@ -70,10 +70,14 @@ void router::ack_steps(pending_ptr p, ack_request ar, shard& owner) {
   std::map<std::string, produce_cmd> remote;
   each_step(ar, [&](const step_message& m) {
     if (!denied) denied = deny_produce(c, m.topic);
-    // A name no shard holds (a single node's placement): unknown.
-    if (!denied && !shards_.placed_on(m.topic))
-      denied = make_error(errc::not_found, fmt::format("topic '{}' not found", m.topic));
-    if (shards_.of(m.topic).id() == owner.id()) return;
+    // A single node's placement knows every topic: a name no shard holds
+    // is unknown. A cluster places names by hash and knows none: each
+    // target is checked on its shard, the ack's own included.
+    if (cluster_ == nullptr) {
+      if (!denied && !shards_.placed_on(m.topic))
+        denied = make_error(errc::not_found, fmt::format("topic '{}' not found", m.topic));
+      if (shards_.of(m.topic).id() == owner.id()) return;
+    }
     auto& cmd = remote[m.topic];
     cmd.topic = m.topic;
     if (cmd.messages.size() < k_max_batch) cmd.messages.push_back(m.message);
