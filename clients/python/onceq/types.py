@@ -300,7 +300,9 @@ class Produced:
     def from_json(cls, d: dict) -> "Produced":
         return cls(
             topic=d.get("topic", ""),
-            status=d.get("status", "produced"),
+            # A stored message's answer has no status of its own (or another
+            # word for it, such as "stored"): "produced".
+            status="pending" if d.get("status") == "pending" else "produced",
             partition=d.get("partition"),
             offset=d.get("offset"),
             duplicate=bool(d.get("duplicate", False)),

@@ -313,9 +313,10 @@ class StepsServerTest(ServerTestCase):
         self.assertEqual(got[1].envelope["tenant_id"], "acme")
         # Retried by its owner (its answer was lost): the same list, stored once.
         again = self.c.ack(self.src, "billing", "w1", partition=d.partition, offset=d.offset,
-                           result={"charge": "ch_7"},
-                           produce=[Message({"order_id": 7}, idempotency_key="charge:7", topic=self.dst),
-                                    Message("second", topic=self.dst)])
+                           attempts=d.attempts, fencing_token=d.fencing_token, result={"charge": "ch_7"},
+                           produce=[Message({"order_id": 7}, key="customer-1", idempotency_key="charge:7",
+                                            topic=self.dst),
+                                    Message("second", topic=self.dst, envelope={"tenant_id": "acme"})])
         self.assertEqual(again, produced)
         self.assertEqual(self.drain(self.dst, wait_ms=200), [])
 

@@ -96,7 +96,8 @@ function toDelivery(d: Record<string, any>): Delivery {
 }
 
 function toProduced(d: Record<string, any>): Produced {
-  const status = d.status ?? "produced";
+  // A stored message's answer has no status of its own (or another word for it, such as "stored").
+  const status = d.status === "pending" ? "pending" : "produced";
   return {
     topic: d.topic ?? "",
     status,

@@ -386,13 +386,14 @@ describe("steps: against onceqd", () => {
     let resume!: () => void;
     const resumed = new Promise<void>((r) => (resume = r));
     const spy = new SpyClient(server.url);
-    const w = start(new Worker(spy, src, "g", { owner: "slow", waitMs: 200, autoExtend: false, handleSignals: false, logger: quiet }));
+    const w = new Worker(spy, src, "g", { owner: "slow", waitMs: 200, autoExtend: false, handleSignals: false, logger: quiet });
     w.handler(async (job) => {
       job.produce(dst, "staged by the slow one");
       started = true;
       await resumed; // paused past its lease
       return new Complete({ by: "slow" }, { produce: [{ topic: dst, value: "returned by the slow one" }] });
     });
+    start(w);
     assert.ok(await waitUntil(() => started, 5000));
     const d = (await c.consume(src, "g", "fast", { maxMessages: 1, waitMs: 5000 })).messages[0]!;
     await c.ack(src, "g", "fast", { ...d, result: { by: "fast" }, produce: [{ topic: dst, value: "by the fast one" }] });
