@@ -189,6 +189,9 @@ func (c *Client) Ack(ctx context.Context, topic, group, owner string, item AckIt
 // *ResourceExhausted (a target's backlog).
 func (c *Client) AckStep(ctx context.Context, topic, group, owner string, item AckItem) (AckResult, error) {
 	out := AckResult{Partition: item.Partition, Offset: item.Offset}
+	if err := checkProduce(item.Produce); err != nil {
+		return out, err
+	}
 	body, err := owned(topic, group, owner, item)
 	if err != nil {
 		return out, fmt.Errorf("onceq: POST /v1/ack: %w", err)
@@ -220,6 +223,11 @@ func (c *Client) AckStep(ctx context.Context, topic, group, owner string, item A
 // item has Status "error" and its code in Error. An item's Produce is
 // stored with its ack, atomically; its result's Produced says where.
 func (c *Client) AckBatch(ctx context.Context, topic, group, owner string, items []AckItem) ([]AckResult, error) {
+	for _, it := range items {
+		if err := checkProduce(it.Produce); err != nil {
+			return nil, err
+		}
+	}
 	k := call{method: http.MethodPost, path: "/v1/ack",
 		body: map[string]any{"topic": topic, "group": group, "owner": owner, "acks": items}}
 	r, err := get[struct {

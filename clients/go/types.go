@@ -2,7 +2,6 @@ package onceq
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -187,18 +186,19 @@ type Message struct {
 	Envelope       map[string]any
 }
 
-// MarshalJSON is the message as one message of an ack's produce list: a
-// single POST /v1/produce body (topic, key, value, envelope). No dedup id
-// is added: the ack is the step's once-only guard.
+// MarshalJSON is the message as the API spells it: a single POST
+// /v1/produce body (topic if set, key, value, envelope), as in an ack's
+// produce list. No dedup id is added: for an ack's messages the ack is the
+// step's once-only guard.
 func (m Message) MarshalJSON() ([]byte, error) {
-	if m.Topic == "" {
-		return nil, errors.New("onceq: a message an ack produces needs its Topic")
-	}
 	text, err := valueText(m.Value)
 	if err != nil {
-		return nil, fmt.Errorf("%w (a message for %s)", err, m.Topic)
+		return nil, fmt.Errorf("%w (a message for %q)", err, m.Topic)
 	}
-	out := map[string]any{"topic": m.Topic, "value": text}
+	out := map[string]any{"value": text}
+	if m.Topic != "" {
+		out["topic"] = m.Topic
+	}
 	if m.Key != "" {
 		out["key"] = m.Key
 	}
@@ -269,6 +269,20 @@ type AckItem struct {
 	Ref
 	Result  any       `json:"result,omitempty"`
 	Produce []Message `json:"produce,omitempty"`
+}
+
+// checkProduce tells why messages cannot go on an ack: a message without
+// its Topic, a Value that is not JSON.
+func checkProduce(msgs []Message) error {
+	for i, m := range msgs {
+		if m.Topic == "" {
+			return fmt.Errorf("onceq: message %d of an ack's produce has no Topic", i)
+		}
+		if _, err := valueText(m.Value); err != nil {
+			return fmt.Errorf("%w (message %d of an ack's produce, for %s)", err, i, m.Topic)
+		}
+	}
+	return nil
 }
 
 // AckResult is one item's outcome: Status "acked", or "error" with the code

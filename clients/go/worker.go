@@ -428,8 +428,8 @@ func (w *Worker) run(bg context.Context, job *Job) {
 		}
 		if _, jerr := json.Marshal(result); jerr != nil {
 			err = fmt.Errorf("the handler's result is not JSON: %w", jerr)
-		} else if _, jerr := json.Marshal(produce); jerr != nil {
-			err = fmt.Errorf("the handler's messages cannot be sent: %w", jerr)
+		} else if perr := checkProduce(produce); perr != nil {
+			err = fmt.Errorf("the handler's messages cannot be sent: %w", perr)
 		}
 	}
 	var (
