@@ -30,10 +30,11 @@
 //
 // # Workflow steps
 //
-// The server's ack cannot yet produce the next messages of a workflow in
-// the same write (the open issue "Workflow steps"). This package does not
-// imitate it with a produce followed by an ack, which a crash between the
-// two would break. When the server has it, AckItem gains the messages and
-// the worker's ackItem (worker.go) is where a handler's next messages join
-// its result.
+// A handler can store the next messages of a workflow with its ack, in one
+// atomic step (POST /v1/ack with produce; both are stored or neither):
+// return Complete{Result: r, Produce: msgs}, or stage messages with
+// Job.Produce while it runs. The worker never sends them as a separate
+// produce: an ack that is refused stores none of them, and the redelivered
+// job produces them again. Client.AckStep is the low-level call
+// (AckItem.Produce; AckResult.Produced says where each message went).
 package onceq

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -99,6 +100,11 @@ func (c *Client) Consume(ctx context.Context, topic, group, owner string, o Cons
 		body["deadline_ms"] = o.DeadlineMS
 	}
 	if len(o.Acks) > 0 {
+		for _, a := range o.Acks {
+			if len(a.Produce) > 0 {
+				return ConsumeResult{}, errors.New("onceq: acks carried on a consume cannot produce; send them with AckStep or AckBatch")
+			}
+		}
 		body["acks"] = o.Acks
 	}
 	k := call{method: http.MethodPost, path: "/v1/consume", body: body,
@@ -167,13 +173,61 @@ func owned(topic, group, owner string, item any) (map[string]any, error) {
 // Ack is POST /v1/ack: marks the delivery done and, if the message has an
 // idempotency key, commits it with item.Result. *Fenced if you no longer
 // hold the delivery (or the attempts/fencing token fence does not match).
+// An item with Produce stores them too; AckStep also returns where.
 func (c *Client) Ack(ctx context.Context, topic, group, owner string, item AckItem) error {
-	return c.onDelivery(ctx, "/v1/ack", topic, group, owner, item, nil)
+	_, err := c.AckStep(ctx, topic, group, owner, item)
+	return err
+}
+
+// AckStep is POST /v1/ack of one workflow step: it acks the delivery (as
+// Ack) and stores item.Produce in the same atomic step, both or neither.
+// The result's Produced says where each message went, in order (Pending
+// ones are delivered later by the broker's outbox); none without Produce,
+// and for a repeated ack whose message had no idempotency key. A refused
+// ack stores none of them: *Fenced (409), *InvalidArgument (a bad message,
+// over 1000), *NotFound (unknown target topic), *Forbidden,
+// *ResourceExhausted (a target's backlog).
+func (c *Client) AckStep(ctx context.Context, topic, group, owner string, item AckItem) (AckResult, error) {
+	out := AckResult{Partition: item.Partition, Offset: item.Offset}
+	if err := checkProduce(item.Produce); err != nil {
+		return out, err
+	}
+	body, err := owned(topic, group, owner, item)
+	if err != nil {
+		return out, fmt.Errorf("onceq: POST /v1/ack: %w", err)
+	}
+	k := call{method: http.MethodPost, path: "/v1/ack", body: body}
+	r, err := c.do(ctx, k)
+	if err != nil {
+		return out, err
+	}
+	out.Status = "acked"
+	if r.status == http.StatusNoContent || len(bytes.TrimSpace(r.body)) == 0 {
+		return out, nil
+	}
+	var doc struct {
+		Status   string     `json:"status"`
+		Produced []Produced `json:"produced"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		return out, fmt.Errorf("onceq: %s: unexpected answer %.200q: %w", k.op(), r.body, err)
+	}
+	if doc.Status != "" {
+		out.Status = doc.Status
+	}
+	out.Produced = doc.Produced
+	return out, nil
 }
 
 // AckBatch is POST /v1/ack with acks: each item acked on its own; a refused
-// item has Status "error" and its code in Error.
+// item has Status "error" and its code in Error. An item's Produce is
+// stored with its ack, atomically; its result's Produced says where.
 func (c *Client) AckBatch(ctx context.Context, topic, group, owner string, items []AckItem) ([]AckResult, error) {
+	for _, it := range items {
+		if err := checkProduce(it.Produce); err != nil {
+			return nil, err
+		}
+	}
 	k := call{method: http.MethodPost, path: "/v1/ack",
 		body: map[string]any{"topic": topic, "group": group, "owner": owner, "acks": items}}
 	r, err := get[struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -36,6 +37,9 @@ type Job struct {
 	keeping      context.CancelFunc // stops the lease keeper
 	// Guarded by the worker's mutex.
 	finished, released bool
+
+	stagedMu sync.Mutex
+	staged   []Message // Produce's, sent on the job's ack
 }
 
 func newJob(parent context.Context, d Delivery, group string, leaseMS int64) *Job {
@@ -82,6 +86,38 @@ func (j *Job) StepID() string {
 		return s
 	}
 	return fmt.Sprintf("%s/%s/%d/%d", j.Topic, j.Group, j.Partition, j.Offset)
+}
+
+// Produce stages messages to store with this job's ack, in the same atomic
+// step (a workflow step's next messages; each needs its Topic). Nothing is
+// sent now: the ack sends every staged message, then those of a returned
+// Complete. If the job is nacked, fails, or its ack is refused, none is
+// stored. A message that cannot be sent (no Topic, a Value that is not
+// JSON) nacks the job when the handler returns. Safe for concurrent use.
+func (j *Job) Produce(msgs ...Message) {
+	j.stagedMu.Lock()
+	j.staged = append(j.staged, msgs...)
+	j.stagedMu.Unlock()
+}
+
+// Staged is a copy of the messages staged with Produce so far.
+func (j *Job) Staged() []Message {
+	j.stagedMu.Lock()
+	defer j.stagedMu.Unlock()
+	return append([]Message(nil), j.staged...)
+}
+
+// Complete, returned by a handler as its result (a Complete or a
+// *Complete), acks the job with Result (nil: none) and stores Produce in
+// the same atomic step, after the messages staged with Job.Produce:
+//
+//	return onceq.Complete{Result: map[string]string{"charge_id": id},
+//		Produce: []onceq.Message{{Topic: "receipts", Value: receipt, IdempotencyKey: "receipt:" + orderID}}}, nil
+//
+// The messages are stored with the ack or not at all.
+type Complete struct {
+	Result  any
+	Produce []Message
 }
 
 // JSON decodes the value (JSON text) into v.

@@ -127,7 +127,8 @@ func (c *Client) Produce(ctx context.Context, topic string, value any, opts ...P
 // ProduceBatch is POST /v1/produce of 1..1000 messages, stored atomically
 // (all or none). Each message gets its own dedup id, kept on retries,
 // unless WithoutDedup. Of the options it takes WithSkipIfCommitted and
-// WithoutDedup; the others are per message, in Message.
+// WithoutDedup; the others are per message, in Message (whose Topic is
+// "" or topic).
 func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Message, opts ...ProduceOption) ([]ProduceResult, error) {
 	var o produceOptions
 	for _, opt := range opts {
@@ -140,6 +141,9 @@ func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Message,
 	ids := make([]string, len(msgs))
 	retryNet := true
 	for i, m := range msgs {
+		if m.Topic != "" && m.Topic != topic {
+			return nil, fmt.Errorf("onceq: ProduceBatch to %s: message %d is for %s", topic, i, m.Topic)
+		}
 		text, err := valueText(m.Value)
 		if err != nil {
 			return nil, fmt.Errorf("%w (message %d)", err, i)

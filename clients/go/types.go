@@ -60,6 +60,9 @@ type TopicConfig struct {
 	KeyConflict                string   `json:"key_conflict,omitempty"` // "hold" or "supersede"
 	KeyHistory                 bool     `json:"key_history,omitempty"`
 	ReplayWindowMS             int64    `json:"replay_window_ms,omitempty"`
+	// Ordering "key": within a group, at most one message per key is
+	// leased at a time, in offset order. "" or "none": no such order.
+	Ordering string `json:"ordering,omitempty"`
 	// Extra holds settings this client does not name yet; they are sent as
 	// given, next to the others.
 	Extra map[string]any `json:"-"`
@@ -116,6 +119,7 @@ type TopicSettings struct {
 	KeyConflict                string   `json:"key_conflict"`
 	KeyHistory                 bool     `json:"key_history"`
 	ReplayWindowMS             int64    `json:"replay_window_ms"`
+	Ordering                   string   `json:"ordering"` // "none" or "key" ("" from a server without it)
 	// Raw has every setting the server reported, those named above included.
 	Raw map[string]json.RawMessage `json:"-"`
 }
@@ -168,15 +172,50 @@ type Commit struct {
 	Result        json.RawMessage `json:"result"`
 }
 
-// Message is one message of Client.ProduceBatch. A Value that is not a
-// string or []byte is sent as its JSON text. Envelope holds any other
-// envelope field (tenant_id, delay_ms, headers, step_id, ...).
+// Message is one message of Client.ProduceBatch, or one that an ack
+// produces (a workflow step's next message: AckItem.Produce, Complete,
+// Job.Produce), which needs its Topic. A Value that is not a string or
+// []byte is sent as its JSON text. Envelope holds any other envelope field
+// (tenant_id, delay_ms, headers, step_id, ...).
 type Message struct {
+	Topic          string // an ack's messages: the target topic; ProduceBatch: "" or its topic
 	Key            string
 	Value          any
 	IdempotencyKey string
 	MsgID          string
 	Envelope       map[string]any
+}
+
+// MarshalJSON is the message as the API spells it: a single POST
+// /v1/produce body (topic if set, key, value, envelope), as in an ack's
+// produce list. No dedup id is added: for an ack's messages the ack is the
+// step's once-only guard.
+func (m Message) MarshalJSON() ([]byte, error) {
+	text, err := valueText(m.Value)
+	if err != nil {
+		return nil, fmt.Errorf("%w (a message for %q)", err, m.Topic)
+	}
+	out := map[string]any{"value": text}
+	if m.Topic != "" {
+		out["topic"] = m.Topic
+	}
+	if m.Key != "" {
+		out["key"] = m.Key
+	}
+	env := make(map[string]any, len(m.Envelope)+2)
+	for k, v := range m.Envelope {
+		env[k] = v
+	}
+	if m.IdempotencyKey != "" {
+		env["idempotency_key"] = m.IdempotencyKey
+	}
+	if m.MsgID != "" {
+		env["msg_id"] = m.MsgID
+	}
+	if len(env) > 0 {
+		out["envelope"] = env
+	}
+	return json.Marshal(out)
 }
 
 // Ref names one delivery: the message (Partition, Offset) and, as fences,
@@ -222,20 +261,70 @@ func (d Delivery) envelopeString(name string) string {
 // consume (ConsumeOptions.Acks). Result (any JSON; nil: none) is committed
 // with the message's idempotency key.
 //
-// Workflow steps (docs/CLIENTS.md): once the server's ack takes the next
-// messages of a workflow ("produce", an open issue), they go here.
+// Produce (workflow steps, docs/CLIENTS.md) holds messages stored in the
+// same atomic step as the ack, both or neither (at most 1000; each needs
+// its Topic). Client.AckStep and Client.AckBatch take it; the acks carried
+// on a consume do not.
 type AckItem struct {
 	Ref
-	Result any `json:"result,omitempty"`
+	Result  any       `json:"result,omitempty"`
+	Produce []Message `json:"produce,omitempty"`
+}
+
+// checkProduce tells why messages cannot go on an ack: a message without
+// its Topic, a Value that is not JSON.
+func checkProduce(msgs []Message) error {
+	for i, m := range msgs {
+		if m.Topic == "" {
+			return fmt.Errorf("onceq: message %d of an ack's produce has no Topic", i)
+		}
+		if _, err := valueText(m.Value); err != nil {
+			return fmt.Errorf("%w (message %d of an ack's produce, for %s)", err, i, m.Topic)
+		}
+	}
+	return nil
 }
 
 // AckResult is one item's outcome: Status "acked", or "error" with the code
-// in Error ("FAILED_PRECONDITION": refused, stale).
+// in Error ("FAILED_PRECONDITION": refused, stale). Produced says where the
+// item's Produce messages went, in order (none if it carried none, or
+// repeats an ack whose message had no idempotency key).
 type AckResult struct {
+	Partition int        `json:"partition"`
+	Offset    int64      `json:"offset"`
+	Status    string     `json:"status"`
+	Error     string     `json:"error"`
+	Produced  []Produced `json:"produced"`
+}
+
+// Produced is where one message an ack produced went. Status "produced":
+// Partition and Offset are set (Duplicate when the target topic's dedup
+// window answered an earlier copy). Status "pending": its target shard
+// could not take it yet and the broker's outbox delivers it later (no
+// position yet). Either way it is stored with the ack.
+type Produced struct {
+	Topic     string `json:"topic"`
+	Status    string `json:"status"`
 	Partition int    `json:"partition"`
 	Offset    int64  `json:"offset"`
-	Status    string `json:"status"`
-	Error     string `json:"error"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// Pending tells that the message waits in the broker's outbox.
+func (p Produced) Pending() bool { return p.Status == "pending" }
+
+// UnmarshalJSON fills the fields. Status is "pending" or "produced": a
+// stored message's answer has no status of its own (or another word for
+// it, such as "stored").
+func (p *Produced) UnmarshalJSON(b []byte) error {
+	type plain Produced
+	if err := json.Unmarshal(b, (*plain)(p)); err != nil {
+		return err
+	}
+	if p.Status != "pending" {
+		p.Status = "produced"
+	}
+	return nil
 }
 
 // OK tells that the item was acked.

@@ -14,10 +14,12 @@ import (
 )
 
 // Handler processes one job. Its returned value is acked as the key's
-// committed result (any JSON; nil commits none). A returned error nacks
-// the job with the error's text as the reason and the topic's backoff;
-// Retry(d) sets the delay, Fail(reason) gives up for good. A panic is a
-// nack too.
+// committed result (any JSON; nil commits none). A returned Complete acks
+// with its Result and stores its Produce messages, and those staged with
+// Job.Produce, in the same step. A returned error nacks the job with the
+// error's text as the reason and the topic's backoff; Retry(d) sets the
+// delay, Fail(reason) gives up for good. A panic is a nack too. A nack, a
+// Fail or a panic stores none of the job's messages.
 //
 // ctx ends when the job's lease is lost (Job.LeaseLost) or the worker
 // releases the job (a second signal, the drain timeout): stop then, your
@@ -94,6 +96,7 @@ type WorkerStats struct {
 	LeaseLost int64 // extends refused: another consumer holds the message
 	Stale     int64 // acks or nacks refused for the same reason
 	Released  int64 // jobs given back unfinished by a stop
+	Produced  int64 // messages stored with acks (Complete, Job.Produce)
 }
 
 // Worker runs a Handler for each message of a topic in a group: it
@@ -410,9 +413,23 @@ func ackItems(p []*pendingAck) []AckItem {
 func (w *Worker) run(bg context.Context, job *Job) {
 	result, err := w.call(job)
 	defer job.cancel()
+	var produce []Message
 	if err == nil {
+		produce = job.Staged()
+		switch c := result.(type) {
+		case Complete:
+			result, produce = c.Result, append(produce, c.Produce...)
+		case *Complete:
+			if c != nil {
+				result, produce = c.Result, append(produce, c.Produce...)
+			} else {
+				result = nil
+			}
+		}
 		if _, jerr := json.Marshal(result); jerr != nil {
 			err = fmt.Errorf("the handler's result is not JSON: %w", jerr)
+		} else if perr := checkProduce(produce); perr != nil {
+			err = fmt.Errorf("the handler's messages cannot be sent: %w", perr)
 		}
 	}
 	var (
@@ -421,11 +438,11 @@ func (w *Worker) run(bg context.Context, job *Job) {
 	)
 	switch {
 	case err == nil:
-		w.finishAck(bg, job, result)
+		w.finishAck(bg, job, result, produce)
 	case errors.As(err, &fail):
 		w.count(func(s *WorkerStats) { s.Failed++ })
 		w.log.Printf("onceq worker %s: %v failed for good: %s", w.owner, job, fail.Reason)
-		w.finishAck(bg, job, map[string]string{"failed": fail.Reason})
+		w.finishAck(bg, job, map[string]string{"failed": fail.Reason}, nil)
 	case errors.As(err, &retry):
 		w.finishNack(bg, job, err.Error(), Ptr(retry.Delay.Milliseconds()))
 	default:
@@ -449,17 +466,15 @@ func (w *Worker) call(job *Job) (result any, err error) {
 	return w.handler(job.ctx, job)
 }
 
-// ackItem is the ack of a finished job, fenced on its attempt and token.
-//
-// Workflow steps hook in here. Once the server's ack takes the next
-// messages of a workflow ("produce" on POST /v1/ack, the open issue
-// "Workflow steps"), a handler will return them with its result, and they
-// go on this item: the ack then commits the key and stores them in one
-// write. Until the server has it, the client offers nothing in its place:
-// a produce followed by an ack is two requests, and a crash between them
-// is exactly what the server change removes.
-func (w *Worker) ackItem(job *Job, result any) AckItem {
-	return job.delivery.AckItem(result)
+// ackItem is the ack of a finished job, fenced on its attempt and token,
+// with the messages it produces (workflow steps): the ack commits the key
+// and stores them in one write.
+func (w *Worker) ackItem(job *Job, result any, produce []Message) AckItem {
+	item := job.delivery.AckItem(result)
+	if len(produce) > 0 {
+		item.Produce = produce
+	}
+	return item
 }
 
 // finish marks the handler's job finished, unless a stop released it
@@ -473,13 +488,21 @@ func (w *Worker) finish(job *Job) bool {
 	return job.finished
 }
 
-func (w *Worker) finishAck(bg context.Context, job *Job, result any) {
-	item := w.ackItem(job, result)
+func (w *Worker) finishAck(bg context.Context, job *Job, result any, produce []Message) {
+	item := w.ackItem(job, result, produce)
 	if !w.finish(job) {
 		return
 	}
 	w.mu.Lock()
 	w.free++
+	// An ack with messages goes on its own POST /v1/ack: the acks carried
+	// on a consume cannot produce.
+	if len(item.Produce) > 0 {
+		w.mu.Unlock()
+		w.notify()
+		w.ackStep(bg, job, item)
+		return
+	}
 	if !w.polling && !w.pollerDone {
 		delete(w.inflight, job)
 		w.pending = append(w.pending, &pendingAck{job, item}) // carried on the next consume
@@ -495,6 +518,52 @@ func (w *Worker) finishAck(bg context.Context, job *Job, result any) {
 		w.ackOutcome(job, AckResult{Status: "error", Error: codeOf(err)}, err)
 	case len(results) == 1:
 		w.ackOutcome(job, results[0], nil)
+	}
+	w.mu.Lock() // only now: a drain waits for this ack too
+	delete(w.inflight, job)
+	w.mu.Unlock()
+	w.notify()
+}
+
+// ackStep acks the job with its messages: both are stored, or neither. The
+// messages are never sent again on their own: a refused ack is reported
+// (409) or nacked (a refusal of the messages), and the redelivered job
+// produces them again.
+func (w *Worker) ackStep(bg context.Context, job *Job, item AckItem) {
+	n := int64(len(item.Produce))
+	_, err := w.client.AckStep(bg, w.topic, w.group, w.owner, item)
+	var (
+		fenced *Fenced
+		inv    *InvalidArgument
+		frb    *Forbidden
+		nf     *NotFound
+		big    *PayloadTooLarge
+		busy   *ResourceExhausted
+	)
+	switch {
+	case err == nil:
+		w.count(func(s *WorkerStats) { s.Acked++; s.Produced += n })
+	case errors.As(err, &fenced):
+		w.ackOutcome(job, AckResult{Status: "error", Error: codeOf(err)}, err)
+	case errors.As(err, &inv) || errors.As(err, &frb) || errors.As(err, &nf) || errors.As(err, &big) || errors.As(err, &busy):
+		// Nothing was stored. Waiting for the lease to end would only delay
+		// the same refusal: nack, so the topic's backoff and max_attempts
+		// (then the DLQ) apply, with the reason to read.
+		w.log.Printf("onceq worker %s: ack of %v with %d messages refused (%v); nacking it", w.owner, job, n, err)
+		reason := "ack refused: " + err.Error()
+		if len(reason) > 1000 {
+			reason = reason[:1000]
+		}
+		switch nerr := w.nack(bg, job, reason, nil); {
+		case nerr == nil:
+			w.count(func(s *WorkerStats) { s.Nacked++ })
+		case errors.As(nerr, &fenced):
+			w.reportStale(job, "nack", nerr)
+		default:
+			w.log.Printf("onceq worker %s: nack of %v failed: %v (redelivered when its lease ends)", w.owner, job, nerr)
+		}
+	default:
+		w.ackOutcome(job, AckResult{Status: "error", Error: codeOf(err)}, err)
 	}
 	w.mu.Lock() // only now: a drain waits for this ack too
 	delete(w.inflight, job)

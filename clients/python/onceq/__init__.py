@@ -21,8 +21,8 @@ from . import types as _types  # noqa: E402
 from .client import Client  # noqa: E402
 from .errors import *  # noqa: E402,F401,F403  (errors.__all__: the exceptions)
 from .types import *  # noqa: E402,F401,F403  (types.__all__: the results, UNSET)
-from .worker import Fail, Job, LeaseLost, Retry, Worker, WorkerStats  # noqa: E402
+from .worker import Complete, Fail, Job, LeaseLost, Retry, Worker, WorkerStats  # noqa: E402
 
 __all__ = sorted(
-    ["Client", "Fail", "Job", "LeaseLost", "Retry", "Worker", "WorkerStats", *_errors.__all__, *_types.__all__]
+    ["Client", "Complete", "Fail", "Job", "LeaseLost", "Retry", "Worker", "WorkerStats", *_errors.__all__, *_types.__all__]
 )

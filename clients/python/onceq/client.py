@@ -24,9 +24,12 @@ from .types import (
     KeyState,
     Message,
     ProduceResult,
+    Produced,
+    StepMessage,
     TopicCreated,
     TopicInfo,
     Version,
+    value_text as _value_text,
 )
 
 _JSON = {"Content-Type": "application/json"}
@@ -34,14 +37,6 @@ _JSON = {"Content-Type": "application/json"}
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode()
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -198,8 +193,10 @@ class Client:
     def create_topic(self, name: str, *, partitions: Optional[int] = None, **settings: Any) -> TopicCreated:
         """``POST /v1/topics``. ``settings`` are the topic fields of
         docs/API.md (``lease_ms=``, ``max_attempts=``, ``backoff_ms=``,
-        ``key_ttl_ms=``, ``dedup_window_ms=``, ``key_history=``, ...); only
-        those given are sent. Creating it again with the same settings
+        ``key_ttl_ms=``, ``dedup_window_ms=``, ``key_history=``,
+        ``ordering="key"``, ...); only those given are sent.
+        ``ordering="key"``: within a group, at most one message per ``key``
+        is leased at a time, in offset order (default ``"none"``). Creating it again with the same settings
         succeeds; with others raises :class:`~onceq.errors.Conflict`."""
         body = _drop_none({"name": name, "partitions": partitions, **settings})
         d = self._json(self._request("POST", "/v1/topics", body=body))
@@ -340,7 +337,11 @@ class Client:
 
         ``acks`` (the previous batch's :class:`AckItem`\\ s) are applied
         first, as :meth:`ack_batch` would, in the same round trip; their
-        results come back in ``ConsumeResult.acks``."""
+        results come back in ``ConsumeResult.acks``. They cannot carry
+        ``produce`` (ValueError): ack those with :meth:`ack` or
+        :meth:`ack_batch`."""
+        if acks and any(a.produce is not None for a in acks):
+            raise ValueError("onceq: acks carried on a consume cannot produce; send them with ack() or ack_batch()")
         body = _drop_none(
             {
                 "topic": topic,
@@ -401,17 +402,34 @@ class Client:
         attempts: Optional[int] = None,
         fencing_token: Optional[int] = None,
         result: Any = UNSET,
-    ) -> None:
+        produce: Optional[Sequence[StepMessage]] = None,
+    ) -> list[Produced]:
         """``POST /v1/ack``: marks the delivery done and, if the message has
         an idempotency key, commits it with ``result`` (any JSON). Raises
         :class:`~onceq.errors.Fenced` if you no longer hold the delivery (or
-        the ``attempts``/``fencing_token`` fence does not match)."""
-        item = AckItem(partition, offset, attempts, fencing_token, result)
-        self._request("POST", "/v1/ack", body={"topic": topic, "group": group, "owner": owner, **item.to_json()})
+        the ``attempts``/``fencing_token`` fence does not match).
+
+        ``produce``: messages (:class:`Message` with ``topic=``, or dicts
+        shaped like a produce body; at most 1000) stored in the same atomic
+        step as the ack: both or neither. Returns where each went, in
+        order (:class:`Produced`; ``pending`` ones are delivered later by the
+        broker's outbox); ``[]`` without ``produce``, and for a repeated ack
+        whose message had no idempotency key. A refused ack stores none of
+        them: :class:`~onceq.errors.Fenced` (409), ``InvalidArgument`` (a bad
+        message), ``NotFound`` (unknown target topic), ``Forbidden``,
+        ``ResourceExhausted`` (a target's backlog)."""
+        item = AckItem(partition, offset, attempts, fencing_token, result, produce)
+        resp = self._request("POST", "/v1/ack", body={"topic": topic, "group": group, "owner": owner, **item.to_json()})
+        doc = self._json(resp) if resp.status != 204 else None
+        if not isinstance(doc, dict):
+            return []
+        return [Produced.from_json(p) for p in doc.get("produced") or []]
 
     def ack_batch(self, topic: str, group: str, owner: str, acks: Sequence[AckItem]) -> list[AckResult]:
         """``POST /v1/ack`` with ``acks``: each item acked on its own; a
-        refused item has ``status == "error"`` and its code in ``error``."""
+        refused item has ``status == "error"`` and its code in ``error``.
+        An item's ``produce`` is stored with its ack, atomically; its
+        result's ``produced`` says where."""
         body = {"topic": topic, "group": group, "owner": owner, "acks": [a.to_json() for a in acks]}
         return [AckResult.from_json(r) for r in self._json(self._request("POST", "/v1/ack", body=body))["results"]]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 
 __all__ = [
     "UNSET", "AckItem", "AckResult", "Commit", "ConsumeResult", "Delivery", "GroupCounters", "Health",
-    "KeyEvent", "KeyState", "Message", "ProduceResult", "TopicCreated", "TopicInfo", "Version",
+    "KeyEvent", "KeyState", "Message", "ProduceResult", "Produced", "TopicCreated", "TopicInfo", "Version",
 ]
 
 
@@ -33,6 +33,16 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+def value_text(value: Any) -> str:
+    """A message value as the API takes it: a ``str`` as is, ``bytes`` decoded,
+    anything else as its JSON text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -144,15 +154,53 @@ class ProduceResult:
 
 @dataclass(frozen=True)
 class Message:
-    """A message for :meth:`Client.produce_batch`. ``value`` that is not a
-    ``str`` is sent as its JSON text; ``envelope`` is any other envelope
-    fields (``tenant_id``, ``delay_ms``, ``headers``, ...)."""
+    """A message for :meth:`Client.produce_batch`, or one that an ack
+    produces (a workflow step's next message: ``AckItem.produce``,
+    :meth:`Client.ack`'s ``produce=``, :class:`onceq.Complete`,
+    :meth:`onceq.Job.produce`), which needs its ``topic``:
+
+        onceq.Message(topic="charges", value={"order_id": 7}, idempotency_key="charge:7")
+
+    ``value`` that is not a ``str`` is sent as its JSON text; ``envelope`` is
+    any other envelope fields (``tenant_id``, ``delay_ms``, ``headers``, ...).
+    ``produce_batch`` ignores ``topic`` (its messages go to its own topic)."""
 
     value: Any
     key: Optional[str] = None
     idempotency_key: Optional[str] = None
     msg_id: Optional[str] = None
     envelope: Optional[dict[str, Any]] = None
+    topic: Optional[str] = None
+
+
+StepMessage = Union[Message, dict]
+"""A message an ack produces: a :class:`Message` with its ``topic``, or a
+dict shaped like a single ``POST /v1/produce`` body (``topic``, ``key``,
+``value``, ``envelope``), sent as given (a ``value`` that is not a ``str``
+becomes its JSON text)."""
+
+
+def step_message_json(m: StepMessage) -> dict[str, Any]:
+    """The wire form of one message of an ack's ``produce`` list."""
+    if isinstance(m, Message):
+        if not m.topic:
+            raise ValueError("onceq: a message an ack produces needs its topic: Message(topic=..., value=...)")
+        env = dict(m.envelope or {})
+        if m.idempotency_key is not None:
+            env["idempotency_key"] = m.idempotency_key
+        if m.msg_id is not None:
+            env["msg_id"] = m.msg_id
+        out: dict[str, Any] = {"topic": m.topic, "value": value_text(m.value)}
+        if m.key is not None:
+            out["key"] = m.key
+        if env:
+            out["envelope"] = env
+        return out
+    if isinstance(m, dict):
+        if not m.get("topic") or "value" not in m:
+            raise ValueError(f"onceq: a message an ack produces needs 'topic' and 'value': {m!r:.200}")
+        return {**m, "value": value_text(m["value"])}
+    raise TypeError(f"onceq: a message an ack produces is a Message or a dict, not {type(m).__name__}")
 
 
 @dataclass(frozen=True)
@@ -197,18 +245,24 @@ class Delivery:
 @dataclass(frozen=True)
 class AckItem:
     """One item of a batch ack or of the acks carried on a consume.
-    ``result`` is left out of the request when UNSET."""
+    ``result`` is left out of the request when UNSET.
+
+    ``produce``: the messages this ack stores in the same atomic step (a
+    workflow step's next messages; docs/CLIENTS.md, "Workflow steps"); left
+    out when None. Only :meth:`Client.ack` and :meth:`Client.ack_batch`
+    take it: the acks carried on a consume do not."""
 
     partition: int
     offset: int
     attempts: Optional[int] = None
     fencing_token: Optional[int] = None
     result: Any = UNSET
+    produce: Optional[Sequence[StepMessage]] = None
 
     @classmethod
-    def of(cls, d: Delivery, result: Any = UNSET) -> "AckItem":
+    def of(cls, d: Delivery, result: Any = UNSET, produce: Optional[Sequence[StepMessage]] = None) -> "AckItem":
         """Acks delivery ``d``, fenced on its attempt and token."""
-        return cls(d.partition, d.offset, d.attempts, d.fencing_token, result)
+        return cls(d.partition, d.offset, d.attempts, d.fencing_token, result, produce)
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"partition": self.partition, "offset": self.offset}
@@ -218,18 +272,55 @@ class AckItem:
             out["fencing_token"] = self.fencing_token
         if self.result is not UNSET:
             out["result"] = self.result
+        if self.produce is not None:
+            out["produce"] = [step_message_json(m) for m in self.produce]
         return out
+
+
+@dataclass(frozen=True)
+class Produced:
+    """Where one message an ack produced went, in the ack's ``produce``
+    order. ``status`` is ``"produced"`` (``partition``/``offset`` set;
+    ``duplicate`` when the target topic's dedup window answered an earlier
+    copy) or ``"pending"``: its target shard could not take it yet and the
+    broker's outbox delivers it later (no position yet). Either way it is
+    stored: the ack and its messages are one step."""
+
+    topic: str
+    status: str = "produced"
+    partition: Optional[int] = None
+    offset: Optional[int] = None
+    duplicate: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return self.status == "pending"
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Produced":
+        return cls(
+            topic=d.get("topic", ""),
+            # A stored message's answer has no status of its own (or another
+            # word for it, such as "stored"): "produced".
+            status="pending" if d.get("status") == "pending" else "produced",
+            partition=d.get("partition"),
+            offset=d.get("offset"),
+            duplicate=bool(d.get("duplicate", False)),
+        )
 
 
 @dataclass(frozen=True)
 class AckResult:
     """One item's outcome: ``status`` ``"acked"`` or ``"error"`` with the
-    error code in ``error`` (``"FAILED_PRECONDITION"``: refused, stale)."""
+    error code in ``error`` (``"FAILED_PRECONDITION"``: refused, stale).
+    ``produced``: where the item's ``produce`` messages went (``[]`` if it
+    carried none, or repeats an ack whose message had no idempotency key)."""
 
     partition: int
     offset: int
     status: str
     error: str = ""
+    produced: list[Produced] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -237,7 +328,8 @@ class AckResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "AckResult":
-        return cls(int(d["partition"]), int(d["offset"]), d["status"], d.get("error", ""))
+        produced = [Produced.from_json(p) for p in d.get("produced") or []]
+        return cls(int(d["partition"]), int(d["offset"]), d["status"], d.get("error", ""), produced)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,15 @@ Semantics (docs/CLIENTS.md, "The worker"):
   ack refused because another delivery took over is *reported* (a
   ``WARNING`` log line, ``stats.stale``, ``on_stale(job, error)``), never
   retried.
+- Workflow steps: a handler returns ``Complete(result, produce=[...])``
+  and/or stages messages with :meth:`Job.produce` while it runs; the ack
+  of that job stores them with it, atomically, on its own ``POST /v1/ack``
+  (acks carried on a consume cannot produce; jobs without messages keep
+  the path above). A refused ack stores none of them, and they are never
+  sent again on their own: a ``409`` is reported as stale (above); a
+  refusal of the messages themselves (``400``/``403``/``404``/``413``,
+  a ``429`` past the retries) nacks the job with it as the reason. A nack,
+  ``Retry`` or ``Fail`` sends none of them.
 - :meth:`Worker.stop`, ``SIGTERM`` or ``SIGINT`` stop taking work: the
   poll in flight ends (at most ``wait_ms``) and what it brought is
   released at once; running handlers get ``drain_timeout`` seconds to
@@ -40,11 +49,20 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 from .client import Client
-from .errors import Fenced, Forbidden, InvalidArgument, NotFound, OnceqError, Unauthorized
-from .types import UNSET, AckItem, Delivery
+from .errors import (
+    Fenced,
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    OnceqError,
+    PayloadTooLarge,
+    ResourceExhausted,
+    Unauthorized,
+)
+from .types import UNSET, AckItem, Delivery, Message, StepMessage, step_message_json
 
 log = logging.getLogger("onceq.worker")
 
@@ -72,6 +90,29 @@ class LeaseLost(Exception):
     """Raised by :meth:`Job.check` once another consumer holds the message."""
 
 
+class Complete:
+    """Return from a handler to ack with ``result`` and store ``produce``
+    (the workflow's next messages: :class:`~onceq.Message` with ``topic=``,
+    or produce-shaped dicts) in the same atomic step::
+
+        return onceq.Complete({"charge_id": cid},
+                              produce=[onceq.Message(topic="receipts", value={"charge_id": cid},
+                                                     idempotency_key=f"receipt:{order_id}")])
+
+    They are stored with the ack or not at all (a refused ack: none); they
+    come after those the handler staged with :meth:`Job.produce`.
+    ``result=None`` acks without a result."""
+
+    __slots__ = ("result", "produce")
+
+    def __init__(self, result: Any = None, *, produce: Iterable[StepMessage] = ()) -> None:
+        self.result = result
+        self.produce = list(produce)
+
+    def __repr__(self) -> str:
+        return f"Complete({self.result!r}, produce=<{len(self.produce)} messages>)"
+
+
 class Job:
     """One delivery handed to a handler.
 
@@ -91,6 +132,8 @@ class Job:
         self._stopping = threading.Event()
         self._done = False
         self._released = False
+        self._staged: list[StepMessage] = []
+        self._staged_lock = threading.Lock()
 
     # The delivery's fields.
     topic = property(lambda self: self.delivery.topic)
@@ -136,6 +179,41 @@ class Job:
         """The value parsed as JSON."""
         return json.loads(self.delivery.value)
 
+    def produce(
+        self,
+        topic: Union[str, Message, dict],
+        value: Any = UNSET,
+        *,
+        key: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        msg_id: Optional[str] = None,
+        envelope: Optional[dict[str, Any]] = None,
+    ) -> None:
+        """Stages a message to store with this job's ack, in the same atomic
+        step: ``job.produce("emails", {"to": ...}, idempotency_key=...)``, or
+        ``job.produce(onceq.Message(topic=..., value=...))``. Nothing is
+        sent now; the ack sends all the staged messages (then those of a
+        returned :class:`Complete`). If the job is nacked, fails, or its ack
+        is refused, none of them is stored. Thread-safe."""
+        if isinstance(topic, (Message, dict)):
+            if value is not UNSET or key or idempotency_key or msg_id or envelope:
+                raise TypeError("Job.produce(message) takes no other arguments")
+            m: StepMessage = topic
+        else:
+            if value is UNSET:
+                raise TypeError("Job.produce(topic, value): value missing")
+            m = Message(value, key=key, idempotency_key=idempotency_key, msg_id=msg_id, envelope=envelope,
+                        topic=topic)
+        step_message_json(m)  # a bad message fails here, in the handler
+        with self._staged_lock:
+            self._staged.append(m)
+
+    @property
+    def staged(self) -> list[StepMessage]:
+        """The messages staged with :meth:`produce` so far (a copy)."""
+        with self._staged_lock:
+            return list(self._staged)
+
     def __repr__(self) -> str:
         return (
             f"Job({self.topic}/{self.partition}/{self.offset}, attempts={self.attempts}, "
@@ -153,6 +231,7 @@ class WorkerStats:
     lease_lost: int = 0
     stale: int = 0
     released: int = 0
+    produced: int = 0  # messages stored with acks (Complete / Job.produce)
 
 
 def default_owner() -> str:
@@ -404,9 +483,16 @@ class Worker:
             out = self._fn(job)  # type: ignore[misc]
             if isinstance(out, (Retry, Fail)):
                 raise out
+            produce = job.staged
+            if isinstance(out, Complete):
+                produce += out.produce
+                out = out.result
             result = UNSET if out is None else out
             if result is not UNSET:
                 json.dumps(result)  # not JSON: nack now, not fail the ack later
+            # Encoded now, for the same reason (a message without a topic, a
+            # value that is not JSON).
+            messages = [step_message_json(m) for m in produce]
         except Retry as r:
             self._finish_nack(job, r.reason, r.delay_ms)
             return
@@ -421,25 +507,73 @@ class Worker:
                         exc_info=True)
             self._finish_nack(job, reason[:1000], None)
             return
-        self._finish_ack(job, result)
+        self._finish_ack(job, result, messages)
 
-    def _finish_ack(self, job: Job, result: Any) -> None:
+    def _finish_ack(self, job: Job, result: Any, produce: Optional[list[dict]] = None) -> None:
         self._keeper.remove(job)
-        item = AckItem(job.partition, job.offset, job.attempts, job.fencing_token, result)
+        item = AckItem(job.partition, job.offset, job.attempts, job.fencing_token, result, produce or None)
         with self._cv:
             if job._released:
                 return
             job._done = True
             self._free += 1
-            if not self._polling and not self._poller_done:
+            # An ack with messages goes on its own POST /v1/ack: the acks
+            # carried on a consume cannot produce.
+            if item.produce is None and not self._polling and not self._poller_done:
                 self._inflight.discard(job)
                 self._pending.append((job, item))  # carried on the next consume
                 self._cv.notify_all()
                 return
             self._cv.notify_all()
+        if item.produce is not None:
+            self._ack_step(job, item)
+            return
         try:
             res = self.client.ack_batch(self.topic, self.group, self.owner, [item])[0]
             self._ack_outcome(job, res.ok, res.error)
+        except OnceqError as e:
+            self._ack_outcome(job, False, e.code, e)
+        finally:
+            with self._cv:  # only now: a drain waits for this ack too
+                self._inflight.discard(job)
+                self._cv.notify_all()
+
+    def _ack_step(self, job: Job, item: AckItem) -> None:
+        """Acks ``job`` with its messages (``POST /v1/ack`` with produce):
+        both are stored, or neither. The messages are never sent again on
+        their own: a refused ack is reported (409) or nacked (a refusal of
+        the messages), and the redelivered job produces them again."""
+        assert item.produce is not None
+        try:
+            self.client.ack(
+                self.topic,
+                self.group,
+                self.owner,
+                partition=item.partition,
+                offset=item.offset,
+                attempts=item.attempts,
+                fencing_token=item.fencing_token,
+                result=item.result,
+                produce=item.produce,
+            )
+            self._count("acked")
+            self._count("produced", len(item.produce))
+        except Fenced as e:
+            self._ack_outcome(job, False, e.code, e)
+        except (InvalidArgument, Forbidden, NotFound, PayloadTooLarge, ResourceExhausted) as e:
+            # Nothing was stored. Waiting for the lease to end would only
+            # delay the same refusal: nack, so the topic's backoff and
+            # max_attempts (then the DLQ) apply, with the reason to read.
+            log.warning("onceq worker %s: ack of %r with %d messages refused (%s); nacking it", self.owner, job,
+                        len(item.produce), e)
+            try:
+                self._nack(job, f"ack refused: {e}"[:1000], None)
+                self._count("nacked")
+            except Fenced as fe:
+                self._report_stale(job, "nack", fe)
+            except OnceqError as ne:
+                log.error("onceq worker %s: nack of %r failed: %s (redelivered when its lease ends)", self.owner,
+                          job, ne)
         except OnceqError as e:
             self._ack_outcome(job, False, e.code, e)
         finally:

@@ -19,6 +19,8 @@ import type {
   MessageInput,
   ProduceOptions,
   ProduceResult,
+  Produced,
+  StepMessage,
   TopicCreated,
   TopicInfo,
   TopicSettings,
@@ -93,10 +95,38 @@ function toDelivery(d: Record<string, any>): Delivery {
   };
 }
 
+function toProduced(d: Record<string, any>): Produced {
+  // A stored message's answer has no status of its own (or another word for it, such as "stored").
+  const status = d.status === "pending" ? "pending" : "produced";
+  return {
+    topic: d.topic ?? "",
+    status,
+    pending: status === "pending",
+    ...(d.partition !== undefined ? { partition: d.partition } : {}),
+    ...(d.offset !== undefined ? { offset: d.offset } : {}),
+    duplicate: Boolean(d.duplicate),
+  };
+}
+
 function toAckResult(d: Record<string, any>): AckResult {
   const r: AckResult = { partition: d.partition, offset: d.offset, status: d.status, ok: d.status === "acked" };
   if (d.error) r.error = d.error;
+  if (Array.isArray(d.produced)) r.produced = d.produced.map(toProduced);
   return r;
+}
+
+/**
+ * @internal The wire form of one message of an ack's `produce`: a single
+ * produce body. Throws TypeError for a message without a topic.
+ */
+export function stepMessageJson(m: StepMessage): Record<string, unknown> {
+  if (!m || typeof m.topic !== "string" || !m.topic) throw new TypeError("onceq: a message an ack produces needs its topic");
+  if (m.value === undefined) throw new TypeError(`onceq: a message for ${m.topic} has no value`);
+  const env: Envelope = { ...m.envelope, ...defined({ idempotency_key: m.idempotencyKey, msg_id: m.msgId }) };
+  const out: Record<string, unknown> = { topic: m.topic, value: valueText(m.value) };
+  if (m.key !== undefined) out.key = m.key;
+  if (Object.keys(env).length) out.envelope = env;
+  return out;
 }
 
 /** A delivery's reference as the wire spells it; the fences only when set. */
@@ -105,7 +135,9 @@ function refJson(r: DeliveryRef): Record<string, unknown> {
 }
 
 function ackItemJson(a: AckItem): Record<string, unknown> {
-  return { ...refJson(a), ...defined({ result: a.result }) };
+  const out: Record<string, unknown> = { ...refJson(a), ...defined({ result: a.result }) };
+  if (a.produce !== undefined) out.produce = a.produce.map(stepMessageJson);
+  return out;
 }
 
 function toProduceResult(d: Record<string, any>, topic: string, msgId: string | undefined): ProduceResult {
@@ -261,7 +293,10 @@ export class Client {
 
   // -- topics -------------------------------------------------------------------
 
-  /** `POST /v1/topics`; again with the same settings succeeds, with others throws Conflict. */
+  /**
+   * `POST /v1/topics`; again with the same settings succeeds, with others
+   * throws Conflict. `ordering: "key"`: one message per key leased at a time.
+   */
   async createTopic(name: string, settings: TopicSettings = {}): Promise<TopicCreated> {
     const body: Record<string, unknown> = { name };
     for (const [k, v] of Object.entries(settings)) if (v !== undefined) body[snake(k)] = v;
@@ -356,9 +391,12 @@ export class Client {
   /**
    * `POST /v1/consume` as a long-poll batch: up to `maxMessages`, waiting
    * up to `waitMs` for the first. `acks` are applied first, in the same
-   * round trip; their results come back in `acks`.
+   * round trip; their results come back in `acks`. They cannot carry
+   * `produce` (TypeError): ack those with `ack` or `ackBatch`.
    */
   async consume(topic: string, group: string, owner: string, opts: ConsumeOptions = {}): Promise<ConsumeResult> {
+    if (opts.acks?.some((a) => a.produce !== undefined))
+      throw new TypeError("onceq: acks carried on a consume cannot produce; send them with ack() or ackBatch()");
     const waitMs = opts.waitMs ?? 0;
     const body: Record<string, unknown> = {
       topic,
@@ -427,12 +465,22 @@ export class Client {
   /**
    * `POST /v1/ack`: the delivery is done; its idempotency key (if any) is
    * committed with `result`. Throws Fenced if you no longer hold it.
+   *
+   * `produce`: messages (at most 1000) stored in the same atomic step as
+   * the ack, both or neither. Resolves to where each went, in order
+   * (`pending` ones are delivered later by the broker's outbox); `[]`
+   * without `produce`, and for a repeated ack whose message had no
+   * idempotency key. A refused ack stores none of them: Fenced (409),
+   * InvalidArgument (a bad message), NotFound (unknown target topic),
+   * Forbidden, ResourceExhausted (a target's backlog).
    */
-  async ack(topic: string, group: string, owner: string, ref: DeliveryRef & { result?: Json }): Promise<void> {
-    await this.request("POST", "/v1/ack", { body: { topic, group, owner, ...ackItemJson(ref) } });
+  async ack(topic: string, group: string, owner: string, ref: DeliveryRef & { result?: Json; produce?: StepMessage[] }): Promise<Produced[]> {
+    const a = await this.request("POST", "/v1/ack", { body: { topic, group, owner, ...ackItemJson(ref) } });
+    const d = a.status === 204 ? undefined : Client.json(a);
+    return Array.isArray(d?.produced) ? d.produced.map(toProduced) : [];
   }
 
-  /** `POST /v1/ack` with `acks`: each acked on its own, with its own status. */
+  /** `POST /v1/ack` with `acks`: each acked on its own, with its own status (and `produced` for an item with `produce`). */
   async ackBatch(topic: string, group: string, owner: string, acks: AckItem[]): Promise<AckResult[]> {
     const a = await this.request("POST", "/v1/ack", { body: { topic, group, owner, acks: acks.map(ackItemJson) } });
     return (Client.json(a).results as Record<string, any>[]).map(toAckResult);

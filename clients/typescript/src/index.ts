@@ -28,5 +28,5 @@ export {
 } from "./errors.js";
 export { ackItemOf } from "./types.js";
 export type * from "./types.js";
-export { Fail, Job, LeaseLost, Retry, Worker, defaultOwner } from "./worker.js";
+export { Complete, Fail, Job, LeaseLost, Retry, Worker, defaultOwner } from "./worker.js";
 export type { Handler, Logger, WorkerOptions, WorkerStats } from "./worker.js";

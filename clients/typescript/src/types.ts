@@ -37,6 +37,8 @@ export interface TopicSettings {
   dedupByContent?: boolean;
   keyConflict?: "hold" | "supersede";
   keyHistory?: boolean;
+  /** `"key"`: within a group, at most one message per `key` is leased at a time, in offset order. Default `"none"`. */
+  ordering?: "none" | "key";
 }
 
 export interface TopicCreated {
@@ -115,6 +117,33 @@ export interface MessageInput {
   envelope?: Envelope;
 }
 
+/**
+ * A message an ack produces: a workflow step's next message, stored in the
+ * same atomic step as the ack (`AckItem.produce`, `client.ack`'s `produce`,
+ * `Complete`, `job.produce`). Shaped like a single produce: a value that
+ * is not a string is sent as JSON text; no dedup id is added (the ack is
+ * the step's once-only guard).
+ */
+export interface StepMessage extends MessageInput {
+  topic: string;
+}
+
+/**
+ * Where one message an ack produced went, in the ack's `produce` order:
+ * `status` `"produced"` (with `partition`, `offset`, and `duplicate` when
+ * the target topic's dedup window answered an earlier copy) or `"pending"`
+ * (its target shard could not take it yet; the broker's outbox delivers
+ * it later). Either way it is stored with the ack.
+ */
+export interface Produced {
+  topic: string;
+  status: "produced" | "pending";
+  pending: boolean;
+  partition?: number;
+  offset?: number;
+  duplicate: boolean;
+}
+
 /** One consumed message. */
 export interface Delivery {
   topic: string;
@@ -137,15 +166,26 @@ export interface AckItem {
   fencingToken?: number;
   /** Stored with the committed key; left out when undefined. */
   result?: Json;
+  /**
+   * Messages stored with this ack, atomically (at most 1000); left out
+   * when undefined. `ack` and `ackBatch` take it; the acks carried on a
+   * consume do not.
+   */
+  produce?: StepMessage[];
 }
 
-/** One item's outcome: `error` holds the code when `status` is "error". */
+/**
+ * One item's outcome: `error` holds the code when `status` is "error";
+ * `produced`, where the item's `produce` messages went (present when the
+ * answer has it: the item carried `produce`).
+ */
 export interface AckResult {
   partition: number;
   offset: number;
   status: "acked" | "error";
   ok: boolean;
   error?: string;
+  produced?: Produced[];
 }
 
 export interface ConsumeOptions {
@@ -198,9 +238,10 @@ export interface KeyEvent {
   resultBytes?: number;
 }
 
-/** `AckItem` for a delivery, fenced on its attempt and token. */
-export function ackItemOf(d: Delivery, result?: Json): AckItem {
+/** `AckItem` for a delivery, fenced on its attempt and token; with `produce`, the messages stored with the ack. */
+export function ackItemOf(d: Delivery, result?: Json, produce?: StepMessage[]): AckItem {
   const item: AckItem = { partition: d.partition, offset: d.offset, attempts: d.attempts, fencingToken: d.fencingToken };
   if (result !== undefined) item.result = result;
+  if (produce !== undefined) item.produce = produce;
   return item;
 }

@@ -16,6 +16,14 @@
  * - Every ack, nack and extend carries the delivery's fencing token; an ack
  *   refused because another delivery took over is reported (a warning,
  *   `stats.stale`, `onStale(job, error)`), never retried.
+ * - Workflow steps: a handler returns `new Complete(result, { produce })`
+ *   and/or stages messages with `job.produce(...)`; the ack of that job
+ *   stores them with it, atomically, on its own `POST /v1/ack` (acks carried
+ *   on a consume cannot produce; jobs without messages keep the path
+ *   above). A refused ack stores none of them, and they are never sent
+ *   again on their own: a 409 is reported as stale; a refusal of the
+ *   messages (400, 403, 404, 413, a 429 past the retries) nacks the job
+ *   with it as the reason. A throw, `Retry` or `Fail` sends none of them.
  * - `stop()`, the `signal` option aborting, SIGTERM or SIGINT stop taking
  *   work: the poll in flight ends (at most `waitMs`) and what it brought is
  *   released; running handlers get `drainTimeoutMs` to finish and ack; those
@@ -27,9 +35,18 @@
 
 import { hostname } from "node:os";
 
-import type { Client } from "./client.js";
-import { Fenced, Forbidden, InvalidArgument, NotFound, OnceqError, Unauthorized } from "./errors.js";
-import type { AckItem, Delivery, DeliveryRef, Envelope, Json } from "./types.js";
+import { type Client, stepMessageJson } from "./client.js";
+import {
+  Fenced,
+  Forbidden,
+  InvalidArgument,
+  NotFound,
+  OnceqError,
+  PayloadTooLarge,
+  ResourceExhausted,
+  Unauthorized,
+} from "./errors.js";
+import type { AckItem, Delivery, DeliveryRef, Envelope, Json, MessageInput, StepMessage } from "./types.js";
 
 /** Throw (or return) from a handler to nack with an explicit delay. */
 export class Retry extends Error {
@@ -62,6 +79,27 @@ export class LeaseLost extends Error {
 }
 
 /**
+ * Return from a handler to ack with `result` and store `produce` (the
+ * workflow's next messages) in the same atomic step:
+ *
+ * ```ts
+ * return new Complete({ chargeId }, { produce: [{ topic: "receipts", value: { chargeId }, idempotencyKey: `receipt:${id}` }] });
+ * ```
+ *
+ * They are stored with the ack or not at all (a refused ack: none); they
+ * come after the messages staged with `job.produce`. `result` undefined
+ * acks without a result.
+ */
+export class Complete {
+  readonly result: unknown;
+  readonly produce: StepMessage[];
+  constructor(result?: unknown, opts: { produce?: StepMessage[] } = {}) {
+    this.result = result;
+    this.produce = [...(opts.produce ?? [])];
+  }
+}
+
+/**
  * One delivery handed to a handler. `stepId` is stable across redeliveries
  * of the message (the envelope's `step_id`, else
  * `<topic>/<group>/<partition>/<offset>`): use it, or `idempotencyKey`, as
@@ -78,6 +116,7 @@ export class Job {
   private stoppingFlag = false;
   /** @internal */ done = false;
   /** @internal */ released = false;
+  private readonly stagedMessages: StepMessage[] = [];
 
   constructor(delivery: Delivery, group: string, leaseMs: number) {
     this.delivery = delivery;
@@ -113,6 +152,25 @@ export class Job {
 
   /** The value parsed as JSON. */
   json<T = unknown>(): T { return JSON.parse(this.delivery.value) as T; }
+
+  /**
+   * Stages a message to store with this job's ack, in the same atomic step:
+   * `job.produce("emails", { to }, { idempotencyKey })` or
+   * `job.produce({ topic: "emails", value: { to } })`. Nothing is sent now;
+   * the ack sends every staged message (then those of a returned
+   * `Complete`). If the job is nacked, fails, or its ack is refused, none
+   * is stored. Throws TypeError for a message without a topic.
+   */
+  produce(message: StepMessage): void;
+  produce(topic: string, value: unknown, opts?: Omit<MessageInput, "value">): void;
+  produce(topicOrMessage: string | StepMessage, value?: unknown, opts: Omit<MessageInput, "value"> = {}): void {
+    const m: StepMessage = typeof topicOrMessage === "string" ? { ...opts, topic: topicOrMessage, value } : topicOrMessage;
+    stepMessageJson(m); // a bad message fails here, in the handler
+    this.stagedMessages.push(m);
+  }
+
+  /** The messages staged with `produce` so far (a copy). */
+  get staged(): StepMessage[] { return [...this.stagedMessages]; }
 
   /** Throws LeaseLost if `leaseLost`; call it between steps. */
   check(): void {
@@ -154,6 +212,8 @@ export interface WorkerStats {
   leaseLost: number;
   stale: number;
   released: number;
+  /** Messages stored with acks (`Complete`, `job.produce`). */
+  produced: number;
 }
 
 export interface WorkerOptions {
@@ -199,7 +259,7 @@ export class Worker {
   readonly waitMs: number;
   readonly drainTimeoutMs: number;
   readonly autoExtend: boolean;
-  readonly stats: WorkerStats = { received: 0, acked: 0, nacked: 0, failed: 0, extended: 0, leaseLost: 0, stale: 0, released: 0 };
+  readonly stats: WorkerStats = { received: 0, acked: 0, nacked: 0, failed: 0, extended: 0, leaseLost: 0, stale: 0, released: 0, produced: 0 };
   private fn: Handler | undefined;
   private readonly opts: WorkerOptions;
   private readonly log: Logger;
@@ -395,11 +455,18 @@ export class Worker {
 
   private async runOne(job: Job): Promise<void> {
     let result: Json | undefined;
+    let produce: StepMessage[];
     try {
-      const out = await this.fn!(job);
+      let out = await this.fn!(job);
       if (out instanceof Retry || out instanceof Fail) throw out;
+      produce = job.staged;
+      if (out instanceof Complete) {
+        produce.push(...out.produce);
+        out = out.result;
+      }
       result = out === undefined ? undefined : (out as Json);
       if (result !== undefined) JSON.stringify(result); // not JSON: nack now
+      produce.forEach(stepMessageJson); // the same for the messages (no topic, a value that is not JSON)
     } catch (e) {
       if (e instanceof Retry) return this.finishNack(job, e.reason, e.delayMs);
       if (e instanceof Fail) {
@@ -411,16 +478,23 @@ export class Worker {
       this.log.warn(`onceq worker ${this.owner}: ${job} threw (nacked): ${e instanceof Error && e.stack ? e.stack : reason}`);
       return this.finishNack(job, reason, undefined);
     }
-    return this.finishAck(job, result);
+    return this.finishAck(job, result, produce);
   }
 
-  private async finishAck(job: Job, result: Json | undefined): Promise<void> {
+  private async finishAck(job: Job, result: Json | undefined, produce: StepMessage[] = []): Promise<void> {
     this.stopExtending(job);
     if (job.released) return;
     job.done = true;
     this.free++;
     const item: AckItem = { ...job.ref };
     if (result !== undefined) item.result = result;
+    // An ack with messages goes on its own POST /v1/ack: the acks carried
+    // on a consume cannot produce.
+    if (produce.length) {
+      item.produce = produce;
+      this.wake();
+      return this.ackStep(job, item);
+    }
     if (!this.polling && !this.pollerDone) {
       this.inflight.delete(job);
       this.pending.push({ job, item }); // carried on the next consume
@@ -434,6 +508,48 @@ export class Worker {
     } catch (e) {
       if (!(e instanceof OnceqError)) throw e;
       this.ackOutcome(job, false, e.code, e);
+    } finally {
+      this.inflight.delete(job); // only now: a drain waits for this ack too
+      this.wake();
+    }
+  }
+
+  /**
+   * Acks `job` with its messages: both are stored, or neither. The messages
+   * are never sent again on their own: a refused ack is reported (409) or
+   * nacked (a refusal of the messages), and the redelivered job produces
+   * them again.
+   */
+  private async ackStep(job: Job, item: AckItem): Promise<void> {
+    const n = item.produce!.length;
+    try {
+      await this.client.ack(this.topic, this.group, this.owner, item);
+      this.stats.acked++;
+      this.stats.produced += n;
+    } catch (e) {
+      if (!(e instanceof OnceqError)) throw e;
+      if (
+        e instanceof InvalidArgument ||
+        e instanceof Forbidden ||
+        e instanceof NotFound ||
+        e instanceof PayloadTooLarge ||
+        e instanceof ResourceExhausted
+      ) {
+        // Nothing was stored. Waiting for the lease to end would only delay
+        // the same refusal: nack, so the topic's backoff and max_attempts
+        // (then the DLQ) apply, with the reason to read.
+        this.log.warn(`onceq worker ${this.owner}: ack of ${job} with ${n} messages refused (${e.code}: ${e.message}); nacking it`);
+        try {
+          await this.client.nack(this.topic, this.group, this.owner, { ...job.ref, reason: `ack refused: ${e.code}: ${e.message}`.slice(0, 1000) });
+          this.stats.nacked++;
+        } catch (ne) {
+          if (ne instanceof Fenced) this.reportStale(job, "nack", ne);
+          else if (ne instanceof OnceqError) this.log.error(`onceq worker ${this.owner}: nack of ${job} failed: ${ne.message} (redelivered when its lease ends)`);
+          else throw ne;
+        }
+      } else {
+        this.ackOutcome(job, false, e.code, e);
+      }
     } finally {
       this.inflight.delete(job); // only now: a drain waits for this ack too
       this.wake();
