@@ -21,9 +21,11 @@ namespace {
 // route lands.
 const std::set<std::string> k_planned = {};
 
-// Routes that may be called without a token when auth is on.
+// Routes that may be called without a token when auth is on (the outbox
+// hand-over instead takes only a cluster member's requests).
 const std::set<std::string> k_public = {"GET /v1/healthz", "GET /v1/version",
-                                        "GET /v1/openapi.json", "GET /ui"};
+                                        "GET /v1/openapi.json", "GET /ui",
+                                        "POST /v1/internal/outbox_append"};
 
 // Protected routes that never queue behind a shard, so never answer 429.
 const std::set<std::string> k_unthrottled = {"GET /metrics", "GET /v1/cluster"};
