@@ -480,7 +480,16 @@
       el('thead', {}, el('tr', {}, ...cols.map((c) => el('th', {}, c)))),
       el('tbody', {}, ...entries.map((e) =>
         el('tr', {}, ...cols.map((c) => el('td', {}, e[c] === undefined ? '' : cell(e[c], c)))))));
-    hist.replaceChildren(title, el('div', {class: 'scroll'}, table));
+    // A workflow step: the messages the committing ack produced, each a
+    // link to the next step's topic.
+    const made = entries.filter((e) => e.event === 'produced');
+    const next = made.length === 0 ? [] : [
+      el('h3', {}, 'Next steps'),
+      el('ul', {'data-field': 'produced'}, ...made.map((e) =>
+        el('li', {}, el('a', {href: '#topic=' + encodeURIComponent(e.topic)}, e.topic),
+          ' partition ' + e.partition + ', offset ' + e.offset))),
+    ];
+    hist.replaceChildren(title, el('div', {class: 'scroll'}, table), ...next);
   }
 
   // ---- wiring -------------------------------------------------------------

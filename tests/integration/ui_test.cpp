@@ -173,6 +173,27 @@ TEST_F(ui, an_unknown_key_and_an_unknown_topic_read_plainly) {
   EXPECT_NE(field(page.output, "error").find("NOT_FOUND"), std::string::npos) << page.output;
 }
 
+// A workflow step's key shows the messages its ack produced, linked to
+// their topic.
+TEST_F(ui, a_steps_key_lists_its_next_steps) {
+  create_topic("orders", 1, {{"key_history", true}});
+  create_topic("receipts");
+  produce("orders", "o1", std::nullopt, json{{"idempotency_key", "order-1"}});
+  auto got = consume("orders", "billing", "w", 1, 60'000);
+  ASSERT_EQ(got.size(), 1u);
+  auto res = client().post(
+      "/v1/ack", delivery_body("orders", "billing", "w", got[0],
+                               {{"produce", json::array({{{"topic", "receipts"}, {"value", "r"}}})}}));
+  ASSERT_EQ(res.status, 200u) << res.body;
+  auto page = chrome().dump_dom(url("#topic=orders&group=billing&key=order-1"), k_budget);
+  ASSERT_TRUE(page.ok) << page.errors;
+  const std::string& dom = page.output;
+  EXPECT_EQ(field(dom, "state"), "committed");
+  EXPECT_TRUE(std::regex_search(
+      dom, std::regex(R"re(data-field="produced"[^>]*><li><a href="#topic=receipts">receipts</a> partition 0, offset 0</li>)re")))
+      << dom;
+}
+
 // The replay dialog opened by a link runs the dry run and shows its counts.
 TEST_F(ui, a_replay_link_shows_the_dry_run) {
   create_topic("jobs", 1, {{"replay_window_ms", 3'600'000}});
