@@ -23,7 +23,8 @@ namespace onceq::testing {
 namespace {
 
 using command = std::variant<create_topic_cmd, produce_cmd, consume_cmd, ack_batch_cmd, nack_cmd,
-                             extend_cmd, key_query, redrive_cmd, tick_cmd>;
+                             extend_cmd, key_query, redrive_cmd, tick_cmd, outbox_append_cmd,
+                             outbox_done_cmd>;
 struct entry {
   millis at;  // the clock reading the command runs at
   command cmd;
@@ -41,7 +42,10 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
   topic_settings s;
   s.max_attempts = 3;
   s.lease_ms = 500;
+  // a delivers each message key in order (ordering "key").
+  s.ordering = topic_settings::ordering_mode::key;
   log.push_back({now, create_topic_cmd{"a", 3, s}});
+  std::uint64_t outbox_in = 0;  // the last seq an outside source sent
   // b keeps key histories and supersedes waiting messages: the new paths
   // must be as deterministic as the old ones.
   topic_settings sb;
@@ -53,7 +57,7 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
     std::string topic = pick(4) == 0 ? "b" : "a";
     std::string group = pick(2) == 0 ? "g1" : "g2";
     std::string owner = fmt::format("w{}", pick(3));
-    switch (pick(9)) {
+    switch (pick(11)) {
       case 0:
       case 1: {
         produce_cmd p{topic, {}, {}, {}};
@@ -73,15 +77,49 @@ std::vector<entry> record_log(std::uint32_t seed, std::size_t n) {
       case 3:
         log.push_back({now, consume_cmd{topic, group, owner, 100 + pick(900), 1 + pick(4), {}}});
         break;
-      case 4: {
+      case 4:
+      case 9: {
+        // Workflow steps: some acks produce into the other topic (same
+        // core) and into "x" (another shard's: the outbox).
         ack_batch_cmd a{topic, group, owner, {}};
-        for (int k = 0, count = 1 + pick(3); k < count; ++k)
-          a.acks.push_back(ack_item{static_cast<std::uint32_t>(pick(topic == "a" ? 3 : 1)),
-                                    static_cast<std::uint64_t>(pick(15)),
-                                    std::nullopt,
-                                    pick(2) ? R"({"ok":true})" : "",
-                                    {}, {}});
+        for (int k = 0, count = 1 + pick(3); k < count; ++k) {
+          ack_item item{static_cast<std::uint32_t>(pick(topic == "a" ? 3 : 1)),
+                        static_cast<std::uint64_t>(pick(15)),
+                        std::nullopt,
+                        pick(2) ? R"({"ok":true})" : "",
+                        {},
+                        {}};
+          for (int m = 0, count2 = pick(3); m < count2; ++m) {
+            step_message sm;
+            sm.topic = pick(3) == 0 ? "x" : (topic == "a" ? "b" : "a");
+            sm.message.value = fmt::format("step{}", i);
+            sm.message.key = fmt::format("c{}", pick(5));
+            if (pick(3) == 0) sm.message.msg_id = fmt::format("s{}", pick(30));
+            item.produce.push_back(std::move(sm));
+          }
+          a.acks.push_back(std::move(item));
+        }
         log.push_back({now, a});
+        break;
+      }
+      case 10: {
+        // Another shard's outbox, sometimes resending what it sent before;
+        // and this core's outbox taken by its target.
+        outbox_append_cmd o{7, {}};
+        std::uint64_t seq = pick(4) == 0 && outbox_in > 2 ? outbox_in - 2 : outbox_in;
+        for (int k = 0, count = 1 + pick(3); k < count; ++k) {
+          step_message sm;
+          sm.topic = pick(2) ? "a" : "b";
+          sm.message.value = fmt::format("in{}", i);
+          o.entries.push_back(outbox_entry{++seq, sm, now});
+        }
+        outbox_in = std::max(outbox_in, seq);
+        log.push_back({now, o});
+        outbox_appended done;
+        done.seq = 1 + static_cast<std::uint64_t>(pick(20));
+        done.stored = true;
+        done.offset = static_cast<std::uint64_t>(pick(100));
+        log.push_back({now, outbox_done_cmd{{done}}});
         break;
       }
       case 5:
@@ -141,7 +179,13 @@ std::string replay(broker& b, manual_clock& clock, const std::vector<entry>& log
             auto r = b.ack_batch(c);
             answers += code_str(r.code());
             if (r.ok())
-              for (auto& o : *r) answers += " " + code_str(o.code);
+              for (auto& o : *r) {
+                answers += " " + code_str(o.code);
+                if (o.produced)
+                  for (auto& p : *o.produced)
+                    answers += fmt::format(" >{}/{}/{}/{}", p.topic, p.offset, p.pending,
+                                           p.outbox_seq);
+              }
           } else if constexpr (std::is_same_v<T, nack_cmd>) {
             answers += code_str(b.nack(c).code());
           } else if constexpr (std::is_same_v<T, extend_cmd>) {
@@ -157,6 +201,14 @@ std::string replay(broker& b, manual_clock& clock, const std::vector<entry>& log
             auto r = b.redrive(c);
             answers += code_str(r.code());
             if (r.ok()) answers += fmt::format(" {}", *r);
+          } else if constexpr (std::is_same_v<T, outbox_append_cmd>) {
+            auto r = b.outbox_append(c);
+            answers += code_str(r.code());
+            if (r.ok())
+              for (auto& a : *r)
+                answers += fmt::format(" {}:{}/{}/{}", a.seq, code_str(a.code), a.stored, a.offset);
+          } else if constexpr (std::is_same_v<T, outbox_done_cmd>) {
+            answers += code_str(b.outbox_done(c).code());
           } else {
             b.tick();
             answers += "tick";
@@ -198,6 +250,10 @@ TEST(BrokerReplay, OneCommandLogGivesTheSameStateOnTwoCores) {
     EXPECT_EQ(dump(s1), dump(s2)) << "seed " << seed;
     // The log did real work, so the comparison means something.
     EXPECT_NE(a1.find("OK 0/"), std::string::npos);
+    // Steps were produced on this core and into the outbox, and taken in.
+    EXPECT_NE(a1.find(" >a/"), std::string::npos);
+    EXPECT_NE(a1.find(" >x/"), std::string::npos);
+    EXPECT_NE(a1.find(":OK/true/"), std::string::npos);
     EXPECT_GT(s1.count(storage::column::keys), 0u);
     EXPECT_GT(s1.count(storage::column::deliveries), 0u);
   }
@@ -290,6 +346,10 @@ TEST(BrokerReplay, ReplicatedEntriesWithStampedTimeGiveTheSameStateOnTwoReplicas
       EXPECT_EQ(b1.describe_state(), b2.describe_state()) << "seed " << seed;
       EXPECT_EQ(dump(s1), dump(s2)) << "seed " << seed;
       EXPECT_NE(a1.find("OK 0/"), std::string::npos);
+    // Steps were produced on this core and into the outbox, and taken in.
+    EXPECT_NE(a1.find(" >a/"), std::string::npos);
+    EXPECT_NE(a1.find(" >x/"), std::string::npos);
+    EXPECT_NE(a1.find(":OK/true/"), std::string::npos);
       EXPECT_GT(s1.count(storage::column::deliveries), 0u);
     }
   }
