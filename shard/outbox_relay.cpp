@@ -215,7 +215,11 @@ void outbox_relay::took(std::uint32_t source, std::uint64_t pass,
   std::vector<std::pair<waiter, std::map<std::uint64_t, step_produced>>> ready;
   {
     std::lock_guard lock(s.mu);
-    for (auto& [seq, p] : taken) s.recent.insert_or_assign(seq, p);
+    for (auto& [seq, p] : taken) {
+      // A resend answered as a repeat knows no place: keep the first answer's.
+      auto [it, fresh] = s.recent.try_emplace(seq, p);
+      if (!fresh && !(p.no_position && !it->second.no_position)) it->second = p;
+    }
     while (s.recent.size() > k_recent_max) s.recent.erase(s.recent.begin());
     for (auto it = s.waiters.begin(); it != s.waiters.end();) {
       if (it->from_pass > pass) {
