@@ -1,6 +1,7 @@
 #include "shard/outbox_relay.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "base/log.hpp"
@@ -33,6 +34,22 @@ step_produced outcome_of(const std::string& topic, const outbox_appended& a) {
 }
 
 }  // namespace
+
+// Counts a call to a shard whose answer holds the relay.
+class outbox_relay::call_guard {
+ public:
+  explicit call_guard(outbox_relay& r) : r_(&r) { r_->calls_.fetch_add(1); }
+  call_guard(call_guard&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  call_guard(const call_guard&) = delete;
+  call_guard& operator=(const call_guard&) = delete;
+  call_guard& operator=(call_guard&&) = delete;
+  ~call_guard() {
+    if (r_ != nullptr) r_->calls_.fetch_sub(1);
+  }
+
+ private:
+  outbox_relay* r_;
+};
 
 // One pass's answers from its targets, collected until the last one.
 struct outbox_relay::pass_state {
@@ -82,6 +99,10 @@ void outbox_relay::stop() {
   }
   run_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  stopped_.store(true);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (calls_.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void outbox_relay::kick_fresh(std::uint32_t source) {
@@ -94,7 +115,7 @@ void outbox_relay::kick_fresh(std::uint32_t source) {
 }
 
 void outbox_relay::kick(std::uint32_t source) {
-  if (source >= sources_.size()) return;
+  if (source >= sources_.size() || stopped_.load()) return;
   auto& s = *sources_[source];
   std::uint64_t pass = 0;
   bool fresh = false;
@@ -131,7 +152,8 @@ void outbox_relay::flush(std::uint32_t source, std::vector<std::uint64_t> seqs, 
 void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh) {
   shards_.at(source).query<std::vector<outbox_entry>>(
       fresh, [](broker& b) { return b.outbox_pending(k_max_batch); },
-      [this, source, pass, fresh](result<std::vector<outbox_entry>> r) {
+      [this, source, pass, fresh, guard = std::make_shared<call_guard>(*this)](
+          result<std::vector<outbox_entry>> r) {
         if (!r.ok() || r->empty()) {
           took(source, pass, {});
           return end_pass(source, false);
@@ -162,7 +184,8 @@ void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh
         st->waiting = by_target.size();
         for (auto& [target, cmd] : by_target) {
           deliver_(target, std::move(cmd),
-                   [this, st, source, pass](result<std::vector<outbox_appended>> got) {
+                   [this, st, source, pass, guard = std::make_shared<call_guard>(*this)](
+                       result<std::vector<outbox_appended>> got) {
                      bool last = false;
                      {
                        std::lock_guard lock(st->mu);
@@ -196,7 +219,8 @@ void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh
                      }
                      shards_.at(source).submit(
                          outbox_done_cmd{std::move(st->done)},
-                         [this, source, seqs = std::move(seqs)](result<void>) {
+                         [this, source, seqs = std::move(seqs),
+                          guard = std::make_shared<call_guard>(*this)](result<void>) {
                            // Not written: the records stay and go again (their
                            // targets drop them as repeats).
                            auto& s = *sources_[source];

@@ -62,8 +62,9 @@ class outbox_relay {
   outbox_relay& operator=(const outbox_relay&) = delete;
 
   // Starts the retry thread ("onceq-outbox"), which kicks every shard's
-  // pass every k_retry_ms. Call once the shards run; stop() (idempotent,
-  // also the destructor's) before they stop.
+  // pass every k_retry_ms. stop() (idempotent, also the destructor's) ends
+  // it and waits (up to 5 s) for the answers of the calls in flight; call
+  // it from a thread that is not a shard's loop.
   void start();
   void stop();
 
@@ -121,6 +122,11 @@ class outbox_relay {
   std::condition_variable run_cv_;
   bool stopping_ = false;  // run_mu_
   std::thread thread_;
+  // Calls to the shards whose answers have not come back (each holds
+  // `this`): stop() waits for them. Once stopped_, no pass starts.
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> calls_{0};
+  class call_guard;
 };
 
 }  // namespace onceq
