@@ -22,6 +22,11 @@
 // group "audit" reads all three topics and every stored step1 id must be in
 // step2 and step3 exactly once (see "workflow-step pipelines" below).
 //
+// With --ordering (one onceqd) the topic is created with "ordering":"key"
+// and the check is per message key: no two leases of a key at once, acks in
+// offset order, every answered message acked exactly once (see "ordering
+// per key" below).
+//
 // The kill moments and every client decision come from --seed; thread
 // interleavings and the server's timing do not, so a seed reproduces the
 // schedule of a failing run, not its exact history.
@@ -45,6 +50,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +101,13 @@ struct config {
   // --pipeline: workflow steps step1 -> step2 -> step3 instead of the
   // producer/consumer workload (--consumers workers per step).
   bool pipeline = false;
+  // --ordering: one topic created with "ordering":"key" (see "ordering per
+  // key" below).
+  bool ordering = false;
+  // --ordering-off: the same workload and check on a topic created with
+  // "ordering":"none", the check's negative control (it must report
+  // key_lease_overlap or key_ack_order).
+  bool ordering_off = false;
 
   // The workload's topics (`topics` of them), set by the harness before the
   // workload starts: topic_name(0..) alone; in a cluster, where placement
@@ -549,8 +562,12 @@ std::optional<config> parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
       return argv[++i];
     };
-    if (a == "--pipeline") {
-      c.pipeline = true;
+    if (a == "--pipeline" || a == "--ordering") {
+      (a == "--pipeline" ? c.pipeline : c.ordering) = true;
+      continue;
+    }
+    if (a == "--ordering-off") {
+      c.ordering = c.ordering_off = true;
       continue;
     }
     if (a == "--seed") {
@@ -564,8 +581,9 @@ std::optional<config> parse_args(int argc, char** argv) {
     const auto* flag = std::find_if(std::begin(int_flags), std::end(int_flags),
                                     [&](const int_flag& f) { return f.name == a; });
     if (flag == std::end(int_flags)) {
-      std::cerr << "crash_loop: unknown flag " << a
-                << "\nflags: --pipeline --seed S --data-dir DIR --onceqd PATH";
+      std::cerr
+          << "crash_loop: unknown flag " << a
+          << "\nflags: --pipeline --ordering --ordering-off --seed S --data-dir DIR --onceqd PATH";
       for (const auto& f : int_flags) std::cerr << " " << f.name << " " << f.unit;
       std::cerr << "\n";
       return std::nullopt;
@@ -587,8 +605,8 @@ std::optional<config> parse_args(int argc, char** argv) {
               << k_max_test_groups << ")\n";
     return std::nullopt;
   }
-  if (c.pipeline && c.cluster > 0) {
-    std::cerr << "crash_loop: --pipeline is for one onceqd, not --cluster\n";
+  if ((c.pipeline || c.ordering) && c.cluster > 0) {
+    std::cerr << "crash_loop: --pipeline and --ordering are for one onceqd, not --cluster\n";
     return std::nullopt;
   }
   if (c.cluster > 0 && c.rollback_at_kill > 0) {
@@ -1793,8 +1811,606 @@ int run_pipeline(config cfg) {
   return 0;
 }
 
+// ---- ordering per key (--ordering) --------------------------------------------
+//
+// Topic "ordered" is created with "ordering":"key". k_order_keys message
+// keys are split over the producers; a producer sends one message at a
+// time (a key's next only after the one before was answered), so the order
+// of a key's seq numbers is its offset order. The value is "<key>#<seq>".
+// Consumers take batches, ack (alone, in a batch, late, or carried on the
+// next consume), nack, or crash. The check, per key, from client times
+// (the machine's clock, the one lease_expires_at_ms is on):
+//  key_lease_overlap  two deliveries of the key, both acked 2xx, certainly
+//                     leased at the same moment: each is certainly live from
+//                     its consume's answer until min(lease_expires_at_ms -
+//                     margin, its ack sent), and those intervals intersect
+//  key_ack_order      a 2xx ack of a later offset answered before a 2xx ack
+//                     of an earlier offset of the key was sent
+//  double_ack         two deliveries of one message acked 2xx
+//  never_acked        an answered message without a 2xx ack (nor an ack
+//                     without answer) after the drain
+//  after_ack          a message delivered by a consume sent after its 2xx ack
+//                     was answered (also after the final kill)
+//  id_moved           a delivery's value at another place than its produce
+//                     answered, or a key's messages in two partitions
+
+constexpr int k_order_keys = 50;
+constexpr millis k_order_margin_ms = 50;
+const std::string k_order_topic = "ordered";
+
+struct order_produce {
+  int key = 0;
+  int seq = 0;
+  position pos;
+  millis answered_ms = 0;
+};
+struct order_delivery {
+  std::string owner;
+  int key = 0;
+  int seq = 0;
+  position pos;
+  std::int64_t attempts = 0;
+  millis lease_expires_at_ms = 0;
+  millis consume_sent_ms = 0;
+  millis consume_answered_ms = 0;
+};
+struct order_settle {
+  settle_record::kind what = settle_record::kind::ack;
+  settle_record::outcome result = settle_record::outcome::unknown;
+  bool carried = false;  // sent as "acks" of a consume
+  std::string owner;
+  position pos;
+  std::int64_t attempts = 0;
+  millis sent_ms = 0;
+  millis answered_ms = 0;
+};
+struct order_history {
+  std::vector<order_produce> produces;
+  std::vector<order_delivery> deliveries;
+  std::vector<order_settle> settles;
+  std::size_t crashes = 0, slow = 0, carried = 0;
+  std::vector<std::string> unexpected;
+  void append(order_history&& o) {
+    auto move_all = [](auto& to, auto& from) {
+      to.insert(to.end(), std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.end()));
+    };
+    move_all(produces, o.produces);
+    move_all(deliveries, o.deliveries);
+    move_all(settles, o.settles);
+    move_all(unexpected, o.unexpected);
+    crashes += o.crashes;
+    slow += o.slow;
+    carried += o.carried;
+  }
+};
+
+std::string order_value(int key, int seq) {
+  return numbered(numbered("k", key) + "#", seq);
+}
+
+class order_producer : public worker {
+ public:
+  order_producer(int index, const config& cfg, shared_state& s) : worker(index, cfg, s, 300) {}
+
+  void run() {
+    std::vector<int> keys;
+    for (int k = index_; k < k_order_keys; k += cfg_.producers) keys.push_back(k);
+    std::map<int, int> next;
+    while (!s_.stop_producing.load() && !keys.empty()) {
+      const int key = keys[static_cast<std::size_t>(pick(static_cast<int>(keys.size())))];
+      const int seq = next[key];
+      const std::string value = order_value(key, seq);
+      json body = {{"topic", k_order_topic}, {"key", numbered("k", key)}, {"value", value}};
+      std::optional<millis> give_up;
+      for (;;) {
+        if (!give_up && s_.stop_producing.load()) give_up = now_ms() + 15'000;
+        if (give_up && now_ms() > *give_up) return;  // the key's order is unknown from here
+        auto r = conn_.send("POST", "/v1/produce", body, {{"Idempotency-Key", value}});
+        if (r && r->status == 200) {
+          auto j = r->json();
+          oh_.produces.push_back(
+              {key,
+               seq,
+               {j.at("partition").get<std::uint32_t>(), j.at("offset").get<std::uint64_t>()},
+               now_ms()});
+          break;
+        }
+        if (r && !retryable(r->status)) {
+          oh_.unexpected.push_back("produce " + value + ": " + std::to_string(r->status) + " " +
+                                   r->body);
+          return;
+        }
+        std::this_thread::sleep_for(20ms);
+      }
+      ++next[key];
+      std::this_thread::sleep_for(std::chrono::milliseconds(cfg_.produce_pause_ms));
+    }
+  }
+
+  order_history take_order() { return std::move(oh_); }
+
+ private:
+  order_history oh_;
+};
+
+class order_consumer : public worker {
+ public:
+  order_consumer(int index, const config& cfg, shared_state& s) : worker(index, cfg, s, 400) {}
+
+  void run() {
+    std::vector<order_delivery> carry;  // acked on the next consume
+    while (!s_.stop_consuming.load()) {
+      const bool final_phase = s_.final_phase.load();
+      const std::int64_t lease_ms = final_phase ? 5000 : 200 + pick(301);
+      json body = {{"topic", k_order_topic},      {"group", k_group}, {"owner", owner()},
+                   {"max_messages", 1 + pick(5)}, {"wait_ms", 100},   {"lease_ms", lease_ms}};
+      if (!carry.empty()) {
+        body["acks"] = json::array();
+        for (const auto& d : carry) body["acks"].push_back(item(d));
+      }
+      const millis sent = now_ms();
+      auto r = conn_.send("POST", "/v1/consume", body);
+      const millis answered = now_ms();
+      std::vector<json> lines;
+      if (r && r->status == 200) lines = r->ndjson();
+      if (!carry.empty()) {
+        oh_.carried += carry.size();
+        if (r && r->status == 200 && !lines.empty() && lines.front().contains("acks")) {
+          record_results(carry, lines.front().at("acks"), sent, answered, true, false);
+          lines.erase(lines.begin());
+        } else {
+          // No answer or an error: the acks may or may not stand; the same
+          // acks again by the same owner settle it.
+          settle(settle_record::kind::ack, carry, json::object(), sent, true);
+        }
+        carry.clear();
+      }
+      if (!r) {  // deliveries lost with the answer: like a consumer crash
+        std::this_thread::sleep_for(20ms);
+        continue;
+      }
+      if (r->status != 200) {
+        if (!retryable(r->status)) note_unexpected("consume", *r);
+        std::this_thread::sleep_for(20ms);
+        continue;
+      }
+      std::vector<order_delivery> got;
+      for (const auto& m : lines) {
+        const std::string v = m.at("value").get<std::string>();
+        const auto hash = v.find('#');
+        got.push_back(
+            {owner(),
+             std::stoi(v.substr(1, hash - 1)),
+             std::stoi(v.substr(hash + 1)),
+             {m.at("partition").get<std::uint32_t>(), m.at("offset").get<std::uint64_t>()},
+             m.at("attempts").get<std::int64_t>(),
+             m.at("lease_expires_at_ms").get<millis>(),
+             sent,
+             answered});
+      }
+      oh_.deliveries.insert(oh_.deliveries.end(), got.begin(), got.end());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const int roll = final_phase ? 99 : pick(100);
+        if (roll < 7) {  // crash: the rest lapse; the next incarnation is another owner
+          ++oh_.crashes;
+          ++incarnation_;
+          break;
+        }
+        if (roll < 15) {
+          settle(settle_record::kind::nack, {got[i]}, json{{"delay_ms", pick(31)}}, now_ms());
+          continue;
+        }
+        if (roll < 19) {  // slow: acked after the lease ran out
+          ++oh_.slow;
+          std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms + 20 + pick(180)));
+        } else if (roll < 45) {  // carried on the next consume
+          carry.push_back(got[i]);
+          continue;
+        } else if (roll < 60 && got.size() - i >= 2) {
+          settle(
+              settle_record::kind::ack,
+              std::vector<order_delivery>(got.begin() + static_cast<std::ptrdiff_t>(i), got.end()),
+              json::object(), now_ms());
+          break;
+        }
+        settle(settle_record::kind::ack, {got[i]}, json::object(), now_ms());
+      }
+    }
+    if (!carry.empty()) settle(settle_record::kind::ack, carry, json::object(), now_ms());
+  }
+
+  order_history take_order() { return std::move(oh_); }
+
+ private:
+  std::string owner() const { return numbered(numbered("o", index_) + ".", incarnation_); }
+
+  static json item(const order_delivery& d) {
+    return {{"partition", d.pos.first}, {"offset", d.pos.second}, {"attempts", d.attempts}};
+  }
+
+  void note_unexpected(std::string_view what, const http_response& r) {
+    oh_.unexpected.push_back(std::string(what) + ": " + std::to_string(r.status) + " " + r.body);
+  }
+
+  void record(const order_delivery& d, settle_record::kind what, settle_record::outcome result,
+              millis sent, millis answered, bool carried) {
+    oh_.settles.push_back({what, result, carried, d.owner, d.pos, d.attempts, sent,
+                           result == settle_record::outcome::unknown ? 0 : answered});
+  }
+
+  // lost_one: an earlier try of these acks got no answer (or an error
+  // after which they may stand): a refusal now may be of acks that applied
+  // then, so it is recorded as unknown.
+  void record_results(const std::vector<order_delivery>& ds, const json& results, millis sent,
+                      millis answered, bool carried, bool lost_one) {
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      const auto& x = results.at(i);
+      if (x.at("status") == "acked") {
+        record(ds[i], settle_record::kind::ack, settle_record::outcome::ok, sent, answered,
+               carried);
+      } else {
+        if (x.value("error", "") != "FAILED_PRECONDITION") {
+          oh_.unexpected.push_back("ack item: " + x.dump());
+        }
+        record(ds[i], settle_record::kind::ack,
+               lost_one ? settle_record::outcome::unknown : settle_record::outcome::rejected, sent,
+               answered, carried);
+      }
+    }
+  }
+
+  // One ack/nack (a batch ack when ds has several), retried on no answer
+  // for up to 5 s; sent is when the first try (maybe a carried one) went.
+  void settle(settle_record::kind what, const std::vector<order_delivery>& ds, json body,
+              millis sent, bool lost_one = false) {
+    using o = settle_record::outcome;
+    const bool batch = ds.size() > 1;
+    body["topic"] = k_order_topic;
+    body["group"] = k_group;
+    body["owner"] = ds.front().owner;
+    if (batch) {
+      body["acks"] = json::array();
+      for (const auto& d : ds) body["acks"].push_back(item(d));
+    } else {
+      body.update(item(ds.front()));
+    }
+    const std::string target = what == settle_record::kind::ack ? "/v1/ack" : "/v1/nack";
+    const millis first = now_ms();
+    std::optional<http_response> r;
+    for (;;) {
+      r = conn_.send("POST", target, body);
+      if (r && !retryable(r->status)) break;
+      lost_one = lost_one || !r;
+      if (now_ms() - first > 5000 || s_.stop_consuming.load()) {
+        r.reset();
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    const millis answered = now_ms();
+    if (!r) {
+      for (const auto& d : ds) record(d, what, o::unknown, sent, answered, false);
+      return;
+    }
+    if (batch && r->status == 200) {
+      record_results(ds, r->json().at("results"), sent, answered, false, lost_one);
+      return;
+    }
+    if (r->status == 204) {
+      record(ds.front(), what, o::ok, sent, answered, false);
+      return;
+    }
+    if (r->status != 409) note_unexpected(target, *r);
+    for (const auto& d : ds)
+      record(d, what, lost_one ? o::unknown : o::rejected, sent, answered, false);
+  }
+
+  int incarnation_ = 0;
+  order_history oh_;
+};
+
+std::vector<violation> check_ordering(const order_history& h) {
+  using o = settle_record::outcome;
+  std::vector<violation> v;
+  auto pos_text = [](const position& p) {
+    return "p" + std::to_string(p.first) + "@" + std::to_string(p.second);
+  };
+  auto delivery_text = [&](const order_delivery& d) {
+    return order_value(d.key, d.seq) + " " + pos_text(d.pos) + " attempts " +
+           std::to_string(d.attempts) + " to " + d.owner + " consume [" +
+           std::to_string(d.consume_sent_ms) + ", " + std::to_string(d.consume_answered_ms) +
+           "] lease_expires_at " + std::to_string(d.lease_expires_at_ms);
+  };
+  auto settle_text = [&](const order_settle& s) {
+    return std::string(s.carried ? "carried ack" : "ack") + " sent " + std::to_string(s.sent_ms) +
+           " answered " + std::to_string(s.answered_ms);
+  };
+
+  std::map<std::pair<int, int>, position> produced;  // (key, seq) -> place
+  for (const auto& p : h.produces) produced[{p.key, p.seq}] = p.pos;
+  // A delivery by (owner, place, attempts).
+  using dkey = std::tuple<std::string, position, std::int64_t>;
+  std::map<dkey, const order_delivery*> by_id;
+  std::map<int, std::set<std::uint32_t>> partitions;  // key -> partitions seen
+  for (const auto& d : h.deliveries) {
+    by_id[{d.owner, d.pos, d.attempts}] = &d;
+    partitions[d.key].insert(d.pos.first);
+    auto it = produced.find({d.key, d.seq});
+    if (it != produced.end() && it->second != d.pos) {
+      v.push_back({"id_moved", delivery_text(d) + ", produce answered " + pos_text(it->second)});
+    }
+  }
+  for (const auto& [key, ps] : partitions) {
+    if (ps.size() > 1) v.push_back({"id_moved", numbered("key k", key) + " in several partitions"});
+  }
+
+  // Per key: its deliveries acked 2xx, with their first 2xx ack.
+  struct acked {
+    const order_delivery* d;
+    const order_settle* s;
+  };
+  std::map<int, std::vector<acked>> by_key;
+  std::map<position, std::vector<acked>> ok_by_pos;
+  std::set<position> unknown_acked;
+  std::set<dkey> seen;
+  for (const auto& s : h.settles) {
+    if (s.what != settle_record::kind::ack) continue;
+    if (s.result == o::unknown) unknown_acked.insert(s.pos);
+    if (s.result != o::ok) continue;
+    auto it = by_id.find({s.owner, s.pos, s.attempts});
+    if (it == by_id.end()) {
+      v.push_back({"unexpected_status", "ack of an unrecorded delivery " + pos_text(s.pos)});
+      continue;
+    }
+    if (!seen.insert(it->first).second) continue;
+    by_key[it->second->key].push_back({it->second, &s});
+    ok_by_pos[s.pos].push_back({it->second, &s});
+  }
+  for (const auto& [pos, list] : ok_by_pos) {
+    if (list.size() > 1) {
+      v.push_back({"double_ack", delivery_text(*list[0].d) + " (" + settle_text(*list[0].s) +
+                                     ") and " + delivery_text(*list[1].d) + " (" +
+                                     settle_text(*list[1].s) + ")"});
+    }
+  }
+  for (auto& [key, list] : by_key) {
+    // Overlap: [answered, min(expiry - margin, ack sent)] of two of them.
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      for (std::size_t j = i + 1; j < list.size(); ++j) {
+        const auto& a = list[i];
+        const auto& b = list[j];
+        const millis a0 = a.d->consume_answered_ms;
+        const millis a1 = std::min(a.d->lease_expires_at_ms - k_order_margin_ms, a.s->sent_ms);
+        const millis b0 = b.d->consume_answered_ms;
+        const millis b1 = std::min(b.d->lease_expires_at_ms - k_order_margin_ms, b.s->sent_ms);
+        if (std::max(a0, b0) + k_order_margin_ms < std::min(a1, b1)) {
+          v.push_back({"key_lease_overlap", delivery_text(*a.d) + " (" + settle_text(*a.s) +
+                                                ") and " + delivery_text(*b.d) + " (" +
+                                                settle_text(*b.s) + ")"});
+        }
+        // Order: the later offset's ack answered before the earlier's was sent.
+        const auto& lo = a.d->pos.second < b.d->pos.second ? a : b;
+        const auto& hi = a.d->pos.second < b.d->pos.second ? b : a;
+        if (lo.d->pos.second != hi.d->pos.second && hi.s->answered_ms < lo.s->sent_ms) {
+          v.push_back({"key_ack_order", delivery_text(*hi.d) + " (" + settle_text(*hi.s) +
+                                            ") before " + delivery_text(*lo.d) + " (" +
+                                            settle_text(*lo.s) + ")"});
+        }
+      }
+    }
+  }
+  for (const auto& p : h.produces) {
+    if (!ok_by_pos.contains(p.pos) && !unknown_acked.contains(p.pos)) {
+      std::string seen_as;
+      for (const auto& d : h.deliveries) {
+        if (d.pos == p.pos) seen_as += "; delivered " + delivery_text(d);
+      }
+      for (const auto& st : h.settles) {
+        if (st.pos != p.pos) continue;
+        seen_as += std::string("; ") + (st.what == settle_record::kind::ack ? "" : "n") +
+                   settle_text(st) + " by " + st.owner + " attempts " +
+                   std::to_string(st.attempts) + " outcome " +
+                   std::to_string(static_cast<int>(st.result));
+      }
+      v.push_back({"never_acked", order_value(p.key, p.seq) + " " + pos_text(p.pos) + " answered " +
+                                      std::to_string(p.answered_ms) + seen_as});
+    }
+  }
+  for (const auto& d : h.deliveries) {
+    auto it = ok_by_pos.find(d.pos);
+    if (it == ok_by_pos.end()) continue;
+    for (const auto& a : it->second) {
+      if (a.s->answered_ms < d.consume_sent_ms) {
+        v.push_back({"after_ack", delivery_text(d) + " after " + settle_text(*a.s)});
+      }
+    }
+  }
+  for (const auto& u : h.unexpected) v.push_back({"unexpected_status", u});
+  return v;
+}
+
+// One onceqd: the ordered topic under the killer, drain, one more kill, and
+// a consume that must find nothing.
+int run_ordering(config cfg) {
+  const stopwatch clock;
+  server_process::options opts;
+  opts.onceqd_path = cfg.onceqd;
+  opts.data_dir = cfg.data_dir;
+  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
+  std::unique_ptr<server_process> server;
+  try {
+    server = std::make_unique<server_process>(opts);
+  } catch (const std::exception& e) {
+    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
+    return 3;
+  }
+  shared_state s(1);
+  s.ports[0] = server->port();
+  {
+    http_client c(server->port(), k_client_timeout);
+    auto r = c.post("/v1/topics", {{"name", k_order_topic},
+                                   {"partitions", 4},
+                                   {"lease_ms", 300},
+                                   {"backoff_ms", 20},
+                                   {"max_attempts", 0},
+                                   {"ordering", cfg.ordering_off ? "none" : "key"},
+                                   {"dedup_window_ms", 3'600'000}});
+    if (r.status != 201) {
+      std::cerr << "crash_loop: create topic: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+  std::vector<std::unique_ptr<order_producer>> producers;
+  std::vector<std::unique_ptr<order_consumer>> consumers;
+  std::vector<std::thread> producer_threads, consumer_threads;
+  for (int i = 0; i < cfg.producers; ++i) {
+    producers.push_back(std::make_unique<order_producer>(i, cfg, s));
+    producer_threads.emplace_back([p = producers.back().get()] { p->run(); });
+  }
+  for (int i = 0; i < cfg.consumers; ++i) {
+    consumers.push_back(std::make_unique<order_consumer>(i, cfg, s));
+    consumer_threads.emplace_back([c = consumers.back().get()] { c->run(); });
+  }
+  auto join = [](std::vector<std::thread>& ts) {
+    for (auto& t : ts) {
+      if (t.joinable()) t.join();
+    }
+  };
+
+  run_outcome o;
+  std::string setup_error;
+  kill_single(cfg, *server, s, o, clock, setup_error);
+  s.stop_producing = true;
+  join(producer_threads);
+  s.final_phase = true;
+  cfg.topic_names = {k_order_topic};
+  cfg.topics = 1;
+  if (setup_error.empty()) {
+    http_client c(server->port(), k_client_timeout);
+    o.drain_ok = drain(
+        [&](const std::string& t) -> std::optional<http_response> {
+          try {
+            return c.get(t);
+          } catch (const std::exception&) {
+            return std::nullopt;
+          }
+        },
+        cfg);
+  }
+  s.stop_consuming = true;
+  join(consumer_threads);
+  order_history h;
+  for (auto& p : producers) h.append(p->take_order());
+  for (auto& c : consumers) h.append(c->take_order());
+
+  // One more kill: every ack must have been durable, nothing comes again.
+  std::vector<json> after;
+  if (setup_error.empty()) {
+    s.ports[0] = 0;
+    server->kill9();
+    ++o.kills;
+    if (restart_single(*server, s, setup_error)) {
+      http_client c(server->port(), k_client_timeout);
+      const millis sent = now_ms();
+      auto r = c.post("/v1/consume", {{"topic", k_order_topic},
+                                      {"group", k_group},
+                                      {"owner", "final"},
+                                      {"max_messages", 100},
+                                      {"wait_ms", 500}});
+      if (r.status != 200) {
+        h.unexpected.push_back("final consume: " + std::to_string(r.status) + " " + r.body);
+      } else {
+        for (const auto& m : r.ndjson()) {
+          const std::string val = m.at("value").get<std::string>();
+          const auto hash = val.find('#');
+          h.deliveries.push_back(
+              {"final",
+               std::stoi(val.substr(1, hash - 1)),
+               std::stoi(val.substr(hash + 1)),
+               {m.at("partition").get<std::uint32_t>(), m.at("offset").get<std::uint64_t>()},
+               m.at("attempts").get<std::int64_t>(),
+               m.at("lease_expires_at_ms").get<millis>(),
+               sent,
+               now_ms()});
+          after.push_back(m);
+        }
+      }
+    }
+  }
+  if (!setup_error.empty()) {
+    std::cerr << "crash_loop: " << setup_error << "\n" << server->log_tail() << "\n";
+    return 3;
+  }
+
+  auto violations = check_ordering(h);
+  for (const auto& m : after) {
+    violations.push_back({"redelivered_after_drain", m.dump()});
+  }
+  if (!o.drain_ok) {
+    violations.push_back({"not_drained", "group g still had backlog or inflight after " +
+                                             std::to_string(cfg.drain_limit_s) + " s"});
+  }
+  std::map<std::string, std::size_t> by_rule;
+  for (const auto& v : violations) ++by_rule[v.rule];
+  std::size_t redeliveries = 0, acks_ok = 0, acks_fenced = 0, acks_unknown = 0, nacks_ok = 0;
+  for (const auto& d : h.deliveries) redeliveries += d.attempts > 1 ? 1 : 0;
+  for (const auto& st : h.settles) {
+    if (st.what == settle_record::kind::nack) {
+      nacks_ok += st.result == settle_record::outcome::ok ? 1 : 0;
+      continue;
+    }
+    acks_ok += st.result == settle_record::outcome::ok ? 1 : 0;
+    acks_fenced += st.result == settle_record::outcome::rejected ? 1 : 0;
+    acks_unknown += st.result == settle_record::outcome::unknown ? 1 : 0;
+  }
+  // Deliveries while the key's next message was already stored: the ones
+  // the ordering had to hold something back for.
+  std::map<std::pair<int, int>, millis> answered_at;
+  for (const auto& p : h.produces) answered_at[{p.key, p.seq}] = p.answered_ms;
+  std::size_t with_next_waiting = 0;
+  for (const auto& d : h.deliveries) {
+    auto it = answered_at.find({d.key, d.seq + 1});
+    if (it != answered_at.end() && it->second < d.consume_sent_ms) ++with_next_waiting;
+  }
+  std::cout << "crash_loop: " << (cfg.ordering_off ? "--ordering-off" : "--ordering") << ", seed "
+            << cfg.seed << ", " << k_order_keys << " keys\n"
+            << "  kills                       " << o.kills << " (" << cfg.kills
+            << " asked + 1 before the final consume)\n"
+            << "  kill phase                  " << static_cast<int>(o.kill_phase_s) << " s\n"
+            << "  produces answered           " << h.produces.size() << "\n"
+            << "  deliveries                  " << h.deliveries.size() << " (" << redeliveries
+            << " redeliveries)\n"
+            << "  with the key's next stored  " << with_next_waiting << "\n"
+            << "  consumer crashes / slow     " << h.crashes << " / " << h.slow << "\n"
+            << "  acks ok / fenced / unknown  " << acks_ok << " / " << acks_fenced << " / "
+            << acks_unknown << " (" << h.carried << " carried on a consume)\n"
+            << "  nacks ok                    " << nacks_ok << "\n"
+            << "  violations                  " << violations.size() << "\n"
+            << "  elapsed                     " << static_cast<int>(clock.seconds()) << " s\n";
+  for (const auto& [rule, n] : by_rule) std::cout << "    " << rule << ": " << n << "\n";
+  int shown = 0;
+  for (const auto& v : violations) {
+    if (++shown > 30) break;
+    std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+  }
+  if (!violations.empty()) return 1;
+  if (o.kills < cfg.kills + 1) {
+    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
+              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
+    return 2;
+  }
+  if (h.produces.empty() || acks_ok == 0 || redeliveries == 0) {
+    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
+    return 2;
+  }
+  std::cout << "crash_loop: OK\n";
+  return 0;
+}
+
 int run(const config& cfg) {
   if (cfg.pipeline) return run_pipeline(cfg);
+  if (cfg.ordering) return run_ordering(cfg);
   return cfg.cluster > 0 ? run_cluster(cfg) : run_single(cfg);
 }
 
