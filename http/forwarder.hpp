@@ -29,6 +29,10 @@ namespace onceq::http {
 
 inline constexpr std::string_view k_node_header = "X-Onceq-Node";
 inline constexpr std::string_view k_forwarded_header = "X-Onceq-Forwarded";
+// Routes only a cluster's own nodes call (the outbox hand-over), and the
+// header in which the session gives them the peer's address.
+inline constexpr std::string_view k_internal_prefix = "/v1/internal/";
+inline constexpr std::string_view k_peer_header = "X-Onceq-Peer";
 
 class forwarder {
  public:

@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -258,8 +259,19 @@ void router::outbox_append_in(pending_ptr p) {
   if (cluster_ == nullptr)
     return finish(std::move(p),
                   error_reply(make_error(errc::not_found, "no outbox hand-over on a single node"), c));
+  // From a member (by name) on one of the cluster's hosts (by the peer's
+  // address, which the session sets): loopback, or a node's API host.
   const auto from = c.req[k_forwarded_header];
-  if (from.empty() || !cluster_->http_of(from))
+  const std::string peer(c.req[k_peer_header]);
+  boost::system::error_code bad;
+  const auto addr = boost::asio::ip::make_address(peer, bad);
+  bool known_host = !bad && addr.is_loopback();
+  for (unsigned n = 1; !known_host && n <= 64; ++n) {
+    const std::string id = cluster_->node_at(n);
+    if (id.empty()) break;
+    if (auto at = cluster_->http_of(id); at && at->host == peer) known_host = true;
+  }
+  if (from.empty() || !cluster_->http_of(from) || !known_host)
     return finish(std::move(p),
                   error_reply(make_error(errc::permission_denied,
                                          "only a node of this cluster hands over its outbox"),

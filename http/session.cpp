@@ -1,5 +1,7 @@
 #include "http/session.hpp"
 
+#include "http/forwarder.hpp"
+
 #include <openssl/ssl.h>
 #include <unistd.h>
 
@@ -323,6 +325,14 @@ class basic_session final : public session,
       target_ = std::string(req.target());
     }
     enter_untimed(phase::handling);
+    // The cluster's internal routes are taken only from the cluster's own
+    // hosts: they learn the peer's address here (whatever a client sent in
+    // the header is replaced). Other requests pay nothing for it.
+    if (req.target().starts_with(k_internal_prefix)) {
+      boost::system::error_code ec;
+      const auto peer = socket().remote_endpoint(ec);
+      req.set(k_peer_header, ec ? std::string() : peer.address().to_string());
+    }
     router_.handle(std::move(req), socket().get_executor(),
                    [self = this->shared_from_this()](reply r) { self->on_reply(std::move(r)); });
   }

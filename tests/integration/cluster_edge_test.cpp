@@ -348,5 +348,48 @@ TEST_F(cluster_edge, the_consoles_cluster_card_shows_the_nodes_and_each_shards_l
   EXPECT_NE(row[5].find(k_topic), std::string::npos) << dom;
 }
 
+// The outbox hand-over between nodes (docs/API.md, "POST
+// /v1/internal/outbox_append"): refused without a member's name; from a
+// member on the cluster's own host, the shard's leader stores each entry
+// once, and a resend (a relay that lost the answer) stores nothing.
+TEST_F(cluster_edge, the_outbox_hand_over_takes_each_entry_once_and_only_from_a_member) {
+  const std::string path = "/v1/internal/outbox_append";
+  const json body = {{"source", 1},
+                     {"entries", json::array({{{"seq", 1}, {"topic", k_topic}, {"value", "h1"}},
+                                              {{"seq", 2}, {"topic", k_topic}, {"value", "h2"}}})}};
+  auto anonymous = cluster_->request(0, "POST", path, body.dump());
+  ASSERT_TRUE(anonymous.has_value());
+  EXPECT_EQ(anonymous->status, 403u) << anonymous->body;
+  auto stranger = cluster_->request(0, "POST", path, body.dump(), {{"X-Onceq-Forwarded", "nx"}});
+  ASSERT_TRUE(stranger.has_value());
+  EXPECT_EQ(stranger->status, 403u) << stranger->body;
+  with_roles([&](const roles& r, int, bool& again) {
+    const std::string from = cluster_->member(r.follower).id;
+    auto first = cluster_->request(r.leader, "POST", path, body.dump(), {{"X-Onceq-Forwarded", from}});
+    ASSERT_TRUE(first.has_value());
+    if (first->status == 503) {
+      again = true;
+      return;
+    }
+    ASSERT_EQ(first->status, 200u) << first->body;
+    auto results = json::parse(first->body)["results"];
+    ASSERT_EQ(results.size(), 2u) << first->body;
+    EXPECT_EQ(results[0]["code"], 0);
+    EXPECT_TRUE(results[0]["stored"].get<bool>()) << first->body;
+    auto again_res = cluster_->request(r.leader, "POST", path, body.dump(),
+                                       {{"X-Onceq-Forwarded", from}});
+    ASSERT_TRUE(again_res.has_value());
+    if (again_res->status == 503) {
+      again = true;
+      return;
+    }
+    ASSERT_EQ(again_res->status, 200u) << again_res->body;
+    for (const auto& x : json::parse(again_res->body)["results"]) {
+      EXPECT_EQ(x["code"], 0);
+      EXPECT_FALSE(x["stored"].get<bool>()) << again_res->body;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace onceq::itest

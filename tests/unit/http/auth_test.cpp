@@ -378,6 +378,8 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"GET /metrics", scope::metrics},        {"GET /ui", scope::none},
       {"GET /v1/openapi.json", scope::none},   {"GET /v1/keys/history", scope::consume},
       {"POST /v1/replay", scope::admin},       {"GET /v1/cluster", scope::metrics},
+      // No token: only a cluster's own nodes, from its own hosts.
+      {"POST /v1/internal/outbox_append", scope::none},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {

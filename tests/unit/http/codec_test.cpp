@@ -692,7 +692,8 @@ TEST(CodecTest, TopicInfoReply) {
   json j = to_json(t);
   EXPECT_EQ(j["name"], "t");
   EXPECT_EQ(j["partitions"], 3);
-  EXPECT_EQ(j["settings"].size(), 17u);
+  EXPECT_EQ(j["settings"].size(), 18u);
+  EXPECT_EQ(j["settings"]["ordering"], "none");
   EXPECT_EQ(j["settings"]["key_conflict"], "hold");
   EXPECT_EQ(j["settings"]["replay_window_ms"], 0);
   EXPECT_EQ(j["settings"]["max_backlog_messages"], 0);
