@@ -384,7 +384,8 @@ TEST_F(cluster_edge, the_outbox_hand_over_takes_each_entry_once_and_only_from_a_
       return;
     }
     ASSERT_EQ(again_res->status, 200u) << again_res->body;
-    for (const auto& x : json::parse(again_res->body)["results"]) {
+    const json repeat = json::parse(again_res->body);
+    for (const auto& x : repeat["results"]) {
       EXPECT_EQ(x["code"], 0);
       EXPECT_FALSE(x["stored"].get<bool>()) << again_res->body;
     }
