@@ -48,6 +48,18 @@ REQUESTS = [
     ("GET", "/v1/keys?topic=orders&group=billing&key=charge:order-7&tenant_id=acme", "", []),
     ("POST", "/v1/dlq/redrive", '{"topic":"orders","max_messages":100}', []),
     ("GET", "/metrics", "", []),
+    ("POST", "/v1/topics", '{"name":"charges","ordering":"key"}', []),
+    ("POST", "/v1/ack",
+     '{"topic":"orders","group":"billing","owner":"worker-1","partition":0,"offset":0,'
+     '"result":{"charge_id":"ch_123"},"produce":[{"topic":"charges","key":"customer-42",'
+     '"value":"{\\"order\\":7}","envelope":{"idempotency_key":"charge:order-7"}},'
+     '{"topic":"receipts","value":"r","envelope":{"delay_ms":60000}}]}', []),
+    ("POST", "/v1/ack",
+     '{"topic":"orders","group":"billing","owner":"worker-1","acks":[{"partition":0,"offset":2,'
+     '"produce":[{"topic":"charges","value":"c-b"}]},{"partition":0,"offset":3}]}', []),
+    ("POST", "/v1/internal/outbox_append",
+     '{"source":1,"entries":[{"seq":1,"created_at_ms":0,"topic":"orders","value":"h1"}]}',
+     [("X-Onceq-Forwarded", "n1")]),
 ]
 
 
@@ -91,6 +103,26 @@ def nack_to_dlq_session():
     return b"".join(http(*s) for s in steps)
 
 
+def steps_session():
+    """A workflow step: an ordered topic, an ack that produces into it."""
+    steps = [
+        ("POST", "/v1/topics", '{"name":"orders","partitions":1}', []),
+        ("POST", "/v1/topics", '{"name":"charges","ordering":"key"}', []),
+        ("POST", "/v1/produce",
+         '{"topic":"orders","value":"v","envelope":{"idempotency_key":"k1"}}', []),
+        ("POST", "/v1/consume",
+         '{"topic":"orders","group":"g","owner":"w","max_messages":5}', []),
+        ("POST", "/v1/ack",
+         '{"topic":"orders","group":"g","owner":"w","partition":0,"offset":0,'
+         '"produce":[{"topic":"charges","key":"c","value":"x"},{"topic":"charges","key":"c",'
+         '"value":"y"}]}', []),
+        ("POST", "/v1/consume",
+         '{"topic":"charges","group":"g","owner":"w","max_messages":5}', []),
+        ("GET", "/v1/keys/history?topic=orders&group=g&key=k1", "", []),
+    ]
+    return b"".join(http(*s) for s in steps)
+
+
 def chunked_produce():
     body = b'{"topic":"orders","value":"x"}'
     return (b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -115,6 +147,7 @@ def main():
             write("codec_fuzz", f"api-{i:02d}", b"\0" + t.split("?", 1)[1].encode())
     write("request_fuzz", "session-lifecycle", producer_consumer_session())
     write("request_fuzz", "session-dlq", nack_to_dlq_session())
+    write("request_fuzz", "session-steps", steps_session())
     write("request_fuzz", "chunked-produce", chunked_produce())
     write("request_fuzz", "http10-close",
           b"GET /v1/healthz HTTP/1.0\r\n\r\nGET /v1/version HTTP/1.1\r\n\r\n")
