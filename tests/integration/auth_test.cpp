@@ -24,6 +24,7 @@ constexpr std::string_view k_worker = "work-5c1a7e3d-token";
 constexpr std::string_view k_scraper = "scrape-9e4b2a8c-token";
 constexpr std::string_view k_guess = "guess-0d6f3b9a-token";
 constexpr std::string_view k_rotated = "rotated-4a8c2e6b-token";
+constexpr std::string_view k_stepper = "step-6d2f8a4c-token";
 
 // sha256(k_worker), written as token_sha256 in the file.
 std::string worker_sha256() {
@@ -54,6 +55,10 @@ json base_tokens() {
        {"token", k_scraper},
        {"scopes", {"metrics"}},
        {"topics", json::array()}},
+      {{"name", "stepper"},
+       {"token", k_stepper},
+       {"scopes", {"consume", "produce"}},
+       {"topics", {"orders", "payments.*"}}},
   });
 }
 
@@ -173,6 +178,35 @@ TEST_F(auth, each_scope_and_topic_decides) {
 
   // Nothing refused reached the core: "other" is still there and empty.
   auto other = as(k_ops, "POST", "/v1/consume", consume_body("other", "g2", "o", 10));
+  ASSERT_EQ(other.status, 200u);
+  EXPECT_TRUE(other.ndjson().empty());
+}
+
+// A workflow step (an ack with produce) needs the produce scope and every
+// target topic, besides the ack's own; refused, it stores nothing.
+TEST_F(auth, an_ack_that_produces_needs_produce_on_every_target) {
+  admin_create("orders");
+  admin_create("other");
+  admin_create("payments.eu");
+  ASSERT_EQ(as(k_ops, "POST", "/v1/produce", {{"topic", "orders"}, {"value", "o"}}).status, 200u);
+  auto got = as(k_stepper, "POST", "/v1/consume", consume_body("orders", "g", "w", 1));
+  ASSERT_EQ(got.status, 200u) << got.body;
+  const json msg = got.ndjson().at(0);
+  auto step_to = [&](const std::string& topic) {
+    return delivery_body("orders", "g", "w", msg,
+                         {{"produce", json::array({{{"topic", topic}, {"value", "next"}}})}});
+  };
+  // The worker token consumes orders but may not produce at all.
+  EXPECT_TRUE(is_error(as(k_worker, "POST", "/v1/ack", step_to("payments.eu")), 403,
+                       "PERMISSION_DENIED"));
+  // The stepper may produce, but not into "other".
+  EXPECT_TRUE(
+      is_error(as(k_stepper, "POST", "/v1/ack", step_to("other")), 403, "PERMISSION_DENIED"));
+  // Nothing was stored, the delivery is still open: the right ack works.
+  auto ok = as(k_stepper, "POST", "/v1/ack", step_to("payments.eu"));
+  ASSERT_EQ(ok.status, 200u) << ok.body;
+  EXPECT_EQ(ok.json()["produced"][0]["status"], "stored");
+  auto other = as(k_ops, "POST", "/v1/consume", consume_body("other", "g", "o", 10));
   ASSERT_EQ(other.status, 200u);
   EXPECT_TRUE(other.ndjson().empty());
 }
