@@ -226,7 +226,7 @@ struct step_produced {
 
 struct ack_cmd {
   delivery_ref ref;
-  std::string result_json;  // "" if none; stored with the committed key
+  std::string result_json;            // "" if none; stored with the committed key
   std::vector<step_message> produce;  // 0..k_max_step_messages
 };
 

@@ -57,10 +57,10 @@ enum class log_tag : std::uint8_t {
   outbox_done = 14,
 };
 
-using log_command = std::variant<tick_cmd, create_topic_cmd, delete_topic_cmd, produce_cmd,
-                                 consume_cmd, consume_after_acks_cmd, ack_cmd, ack_batch_cmd,
-                                 nack_cmd, extend_cmd, redrive_cmd, replay_cmd, outbox_append_cmd,
-                                 outbox_done_cmd>;
+using log_command =
+    std::variant<tick_cmd, create_topic_cmd, delete_topic_cmd, produce_cmd, consume_cmd,
+                 consume_after_acks_cmd, ack_cmd, ack_batch_cmd, nack_cmd, extend_cmd, redrive_cmd,
+                 replay_cmd, outbox_append_cmd, outbox_done_cmd>;
 
 struct log_entry {
   millis now_ms = 0;  // the leader's clock when it proposed the entry

@@ -10,9 +10,9 @@
 #include "broker/dedup.hpp"
 #include "broker/delivery.hpp"
 #include "broker/errors.hpp"
-#include "broker/produce.hpp"
 #include "broker/key_source.hpp"
 #include "broker/key_table.hpp"
+#include "broker/produce.hpp"
 #include "broker/retention.hpp"
 #include "broker/validation.hpp"
 

@@ -15,8 +15,7 @@ namespace onceq {
 // them (dedup window, derived keys, skip_if_committed, backlog caps), with
 // the memory side as tx's effect. cmd.topic names t. On an error tx may
 // hold part of it: the caller drops tx or rolls back to its savepoint.
-result<produce_reply> stage_produce(core& c, topic& t, const produce_cmd& cmd, millis now,
-                                    txn& tx);
+result<produce_reply> stage_produce(core& c, topic& t, const produce_cmd& cmd, millis now, txn& tx);
 
 // The checks of one message that need no topic (a message for another
 // shard's topic; its target checks the rest). where: its place in errors,

@@ -45,8 +45,8 @@ topic_settings to_api(const storage::topic_settings& r) {
       r.key_conflict == 1 ? topic_settings::conflict::supersede : topic_settings::conflict::hold;
   s.key_history = r.key_history;
   s.replay_window_ms = r.replay_window_ms;
-  s.ordering = r.ordering == 1 ? topic_settings::ordering_mode::key
-                               : topic_settings::ordering_mode::none;
+  s.ordering =
+      r.ordering == 1 ? topic_settings::ordering_mode::key : topic_settings::ordering_mode::none;
   return s;
 }
 

@@ -159,8 +159,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         note_history(tx, *t, d.scope, ttl, std::move(ev));
         for (const auto& p : made) {
           if (p.pending) continue;  // noted when its target shard takes it
-          auto pe = history_event_at(st::history_kind::produced, now,
-                                     position{p.partition, p.offset});
+          auto pe =
+              history_event_at(st::history_kind::produced, now, position{p.partition, p.offset});
           pe.reason = p.topic;
           note_history(tx, *t, d.scope, ttl, std::move(pe));
         }
@@ -197,9 +197,10 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       // rejection still counts).
       const bool stale = r.code() == errc::failed_precondition;
       tx.rollback(sp);
-      if (stale) tx.then([g = loc_group(c, cmd)] {
-        if (g != nullptr) ++g->stats.stale_acks_rejected;
-      });
+      if (stale)
+        tx.then([g = loc_group(c, cmd)] {
+          if (g != nullptr) ++g->stats.stale_acks_rejected;
+        });
       o.code = r.code();
       o.message = r.err().message;
       o.produced.reset();

@@ -102,8 +102,15 @@ std::vector<step_produced> step_produced_of(const std::vector<st::produced_ref>&
   std::vector<step_produced> out;
   out.reserve(p.size());
   for (const auto& x : p)
-    out.push_back(step_produced{x.topic, x.partition, x.offset, x.duplicate, x.pending,
-                                x.no_position, x.outbox_seq, errc::ok, {}});
+    out.push_back(step_produced{x.topic,
+                                x.partition,
+                                x.offset,
+                                x.duplicate,
+                                x.pending,
+                                x.no_position,
+                                x.outbox_seq,
+                                errc::ok,
+                                {}});
   return out;
 }
 
@@ -188,7 +195,7 @@ result<std::vector<outbox_appended>> broker::outbox_append(const outbox_append_c
       if (r.code() != errc::invalid_argument && r.code() != errc::not_found &&
           r.code() != errc::failed_precondition)
         return std::move(r).err();  // a failed read: nothing is taken
-      high = e.seq;  // refused for good
+      high = e.seq;                 // refused for good
       out.push_back(std::move(a));
       continue;
     }
@@ -260,7 +267,8 @@ result<void> broker::check_produce(const produce_cmd& cmd) {
   auto& c = *c_;
   ONCEQ_TRY(validate_topic_name(cmd.topic));
   auto* t = c.topics.find(cmd.topic);
-  if (t == nullptr) return make_error(errc::not_found, fmt::format("topic '{}' not found", cmd.topic));
+  if (t == nullptr)
+    return make_error(errc::not_found, fmt::format("topic '{}' not found", cmd.topic));
   ONCEQ_TRY(writable());
   txn tx;  // dropped: nothing is written
   auto r = stage_produce(c, *t, cmd, c.time.now_ms(), tx);

@@ -18,7 +18,8 @@ std::uint64_t txn::peek_offset(const partition_log& p) const {
 
 txn::savepoint txn::mark() const {
   savepoint s{batch_.size(), effects_.size(), new_topics_.size(), next_, counters_, {}};
-  for (const auto& [key, h] : history_) s.history.emplace(key, std::make_pair(h.events.size(), h.expires_at));
+  for (const auto& [key, h] : history_)
+    s.history.emplace(key, std::make_pair(h.events.size(), h.expires_at));
   return s;
 }
 

@@ -227,38 +227,39 @@ outbox_relay::deliver_fn router::outbox_to_leader() {
   return [this](std::uint32_t target, outbox_append_cmd cmd,
                 std::function<void(result<std::vector<outbox_appended>>)> done) {
     auto copy = cmd;
-    shards_.at(target).submit(
-        std::move(copy), [this, target, cmd = std::move(cmd),
-                          done = std::move(done)](result<std::vector<outbox_appended>> r) mutable {
-          // This node leads the target (or nobody does): its answer.
-          if (r.ok() || r.code() != errc::unavailable || r.err().leader == 0) return done(std::move(r));
-          std::string node = cluster_->node_at(r.err().leader);
-          if (node.empty() || node == cluster_->self()) return done(std::move(r));
-          request req{bhttp::verb::post, "/v1/internal/outbox_append", 11};
-          req.set(bhttp::field::content_type, "application/json");
-          req.body() = outbox_append_json(cmd);
-          req.prepare_payload();
-          forwarder_->forward(
-              req, fmt::format("outbox-{}-{}", cmd.source, cmd.entries.front().seq),
-              std::move(node), k_forward_timeout_ms, shards_.at(target).context().get_executor(),
-              [done = std::move(done)](result<response> res) {
-                if (res.ok() && res->result_int() == 200)
-                  return done(parse_outbox_appended(res->body()));
-                // Not reached, or refused: the entries wait for the next pass.
-                done(make_error(errc::unavailable,
-                                res.ok() ? fmt::format("the target shard's leader answered {}",
-                                                       res->result_int())
-                                         : std::string("the target shard's leader did not answer")));
-              });
-        });
+    shards_.at(target).submit(std::move(copy), [this, target, cmd = std::move(cmd),
+                                                done = std::move(done)](
+                                                   result<std::vector<outbox_appended>> r) mutable {
+      // This node leads the target (or nobody does): its answer.
+      if (r.ok() || r.code() != errc::unavailable || r.err().leader == 0) return done(std::move(r));
+      std::string node = cluster_->node_at(r.err().leader);
+      if (node.empty() || node == cluster_->self()) return done(std::move(r));
+      request req{bhttp::verb::post, "/v1/internal/outbox_append", 11};
+      req.set(bhttp::field::content_type, "application/json");
+      req.body() = outbox_append_json(cmd);
+      req.prepare_payload();
+      forwarder_->forward(
+          req, fmt::format("outbox-{}-{}", cmd.source, cmd.entries.front().seq), std::move(node),
+          k_forward_timeout_ms, shards_.at(target).context().get_executor(),
+          [done = std::move(done)](result<response> res) {
+            if (res.ok() && res->result_int() == 200)
+              return done(parse_outbox_appended(res->body()));
+            // Not reached, or refused: the entries wait for the next pass.
+            done(make_error(
+                errc::unavailable,
+                res.ok() ? fmt::format("the target shard's leader answered {}", res->result_int())
+                         : std::string("the target shard's leader did not answer")));
+          });
+    });
   };
 }
 
 void router::outbox_append_in(pending_ptr p) {
   call& c = p->c;
   if (cluster_ == nullptr)
-    return finish(std::move(p),
-                  error_reply(make_error(errc::not_found, "no outbox hand-over on a single node"), c));
+    return finish(
+        std::move(p),
+        error_reply(make_error(errc::not_found, "no outbox hand-over on a single node"), c));
   // From a member (by name) on one of the cluster's hosts (by the peer's
   // address, which the session sets): loopback, or a node's API host.
   const auto from = c.req[k_forwarded_header];

@@ -37,11 +37,11 @@
 
 #include "http/auth.hpp"
 #include "http/cluster_view.hpp"
+#include "http/codec.hpp"
 #include "http/drain_meter.hpp"
 #include "http/message.hpp"
 #include "http/metrics.hpp"
 #include "http/options.hpp"
-#include "http/codec.hpp"
 #include "shard/outbox_relay.hpp"
 #include "shard/shard_set.hpp"
 

@@ -123,9 +123,10 @@ asio::awaitable<reply> router::prometheus(call& c) {
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   // Each shard's outbox (workflow steps): one entry per shard, in order.
-  auto o_op = gather<outbox_stats>(
-      shards_, false,
-      [](broker& b) -> result<std::vector<outbox_stats>> { return std::vector{b.outbox_metrics()}; });
+  auto o_op =
+      gather<outbox_stats>(shards_, false, [](broker& b) -> result<std::vector<outbox_stats>> {
+        return std::vector{b.outbox_metrics()};
+      });
   auto outboxes = co_await std::move(o_op);
   if (!outboxes.ok()) co_return error_reply(outboxes.err(), c);
   reply out;

@@ -166,10 +166,10 @@ void router::ack(pending_ptr p) {
   if (auto denied = deny_topic(c, ack_topic)) return finish(std::move(p), error_reply(*denied, c));
   shard& owner = route(c, ack_topic);
   const auto* batch = std::get_if<ack_batch_cmd>(&*ar);
-  const bool steps =
-      batch == nullptr ? !std::get<ack_cmd>(*ar).produce.empty()
-                       : std::any_of(batch->acks.begin(), batch->acks.end(),
-                                     [](const ack_item& a) { return !a.produce.empty(); });
+  const bool steps = batch == nullptr
+                         ? !std::get<ack_cmd>(*ar).produce.empty()
+                         : std::any_of(batch->acks.begin(), batch->acks.end(),
+                                       [](const ack_item& a) { return !a.produce.empty(); });
   if (steps) return ack_steps(std::move(p), std::move(*ar), owner);
   if (auto* single = std::get_if<ack_cmd>(&*ar)) {
     auto render = [this](result<ack_outcome> r, const call& c) {

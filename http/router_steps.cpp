@@ -93,8 +93,8 @@ void router::ack_steps(pending_ptr p, ack_request ar, shard& owner) {
           if (single) return json_text_reply(status::ok, ack_produced_json(r->front()));
           return json_text_reply(status::ok, ack_outcomes_json(*r));
         });
-    auto settle = [this, source, answer = std::move(answer)](
-                      result<std::vector<ack_outcome>> r) mutable {
+    auto settle = [this, source,
+                   answer = std::move(answer)](result<std::vector<ack_outcome>> r) mutable {
       if (!r.ok()) return answer(std::move(r));
       auto seqs = pending_of(*r);
       if (seqs.empty()) return answer(std::move(r));
@@ -145,9 +145,8 @@ void router::ack_steps(pending_ptr p, ack_request ar, shard& owner) {
           }
           if (st->failed) {
             auto fail = answer_with<result<void>>(
-                std::move(st->p), [this](result<void> e, const call& c) {
-                  return error_reply(e.err(), c);
-                });
+                std::move(st->p),
+                [this](result<void> e, const call& c) { return error_reply(e.err(), c); });
             return fail(std::move(*st->failed));
           }
           run_ack(std::move(st->p), std::move(st->ar), *owner);

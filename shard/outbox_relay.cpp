@@ -152,8 +152,8 @@ void outbox_relay::flush(std::uint32_t source, std::vector<std::uint64_t> seqs, 
 void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh) {
   shards_.at(source).query<std::vector<outbox_entry>>(
       fresh, [](broker& b) { return b.outbox_pending(k_max_batch); },
-      [this, source, pass, fresh, guard = std::make_shared<call_guard>(*this)](
-          result<std::vector<outbox_entry>> r) {
+      [this, source, pass, fresh,
+       guard = std::make_shared<call_guard>(*this)](result<std::vector<outbox_entry>> r) {
         if (!r.ok() || r->empty()) {
           took(source, pass, {});
           return end_pass(source, false);
@@ -195,7 +195,8 @@ void outbox_relay::run_pass(std::uint32_t source, std::uint64_t pass, bool fresh
                            if (a.code != errc::ok)
                              log(log_level::warn, "outbox",
                                  "a target refused an outbox entry for good; it is dropped",
-                                 {log_number("shard", source), log_number("seq", a.seq),
+                                 {log_number("shard", source),
+                                  log_number("seq", a.seq),
                                   {"reason", a.message}});
                            st->taken.emplace(a.seq, outcome_of(st->topics[a.seq], a));
                            st->done.push_back(std::move(a));

@@ -48,9 +48,9 @@ class outbox_relay {
   // How an outbox_append reaches target shard id (default: submit it to
   // this node's shard; a cluster's node forwards it to the shard's leader
   // when it is not). done may run on any thread.
-  using deliver_fn = std::function<void(
-      std::uint32_t target, outbox_append_cmd cmd,
-      std::function<void(result<std::vector<outbox_appended>>)> done)>;
+  using deliver_fn =
+      std::function<void(std::uint32_t target, outbox_append_cmd cmd,
+                         std::function<void(result<std::vector<outbox_appended>>)> done)>;
   // An entry's outcome for a flush: its place, or pending.
   using flushed_fn = std::function<void(std::map<std::uint64_t, step_produced>)>;
 

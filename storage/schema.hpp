@@ -187,8 +187,8 @@ inline constexpr std::size_t k_history_max = 64;
 // A message in a shard's outbox (meta keys::outbox): produced by an ack on
 // this shard into a topic on another shard, and not taken there yet.
 struct outbox_record {
-  std::string topic;         // the target topic
-  std::string message;       // the message_in, in the log's encoding (broker/log_entry.hpp)
+  std::string topic;    // the target topic
+  std::string message;  // the message_in, in the log's encoding (broker/log_entry.hpp)
   millis created_at_ms = 0;
   std::string source_scope;  // the committing key's idem_key ("" if none)
   std::uint32_t source_partition = 0;

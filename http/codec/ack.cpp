@@ -162,9 +162,10 @@ std::vector<ack_item> ack_items_of(field& f, bool with_produce) {
                  break;
                default:
                  if (!with_produce)
-                   fail(fmt::format("{}: an ack carried on a consume cannot produce; send it "
-                                    "with POST /v1/ack",
-                                    x.path()));
+                   fail(
+                       fmt::format("{}: an ack carried on a consume cannot produce; send it "
+                                   "with POST /v1/ack",
+                                   x.path()));
                  item.produce = step_messages_of(x);
                  break;
              }

@@ -128,7 +128,8 @@ result<std::vector<outbox_appended>> parse_outbox_appended(std::string_view body
       out.push_back(std::move(a));
     }
   } catch (const nlohmann::json::exception& e) {
-    return make_error(errc::unavailable, std::string("the target node's outbox answer: ") + e.what());
+    return make_error(errc::unavailable,
+                      std::string("the target node's outbox answer: ") + e.what());
   }
   return out;
 }

@@ -15,11 +15,26 @@ result<create_topic_cmd> parse_create_topic(const params& p, const topic_setting
     c.settings = defaults;
     auto& s = c.settings;
     r.each(
-        {"name", "partitions", "lease_ms", "max_attempts", "backoff_ms", "max_backoff_ms",
-         "key_ttl_ms", "dedup_window_ms", "retention_ms", "max_backlog_messages",
-         "max_backlog_bytes", "max_inflight", "idempotency_key_fields",
-         "idempotency_key_include_topic", "idempotency_key_optional", "dedup_by_content",
-         "key_conflict", "key_history", "replay_window_ms", "ordering"},
+        {"name",
+         "partitions",
+         "lease_ms",
+         "max_attempts",
+         "backoff_ms",
+         "max_backoff_ms",
+         "key_ttl_ms",
+         "dedup_window_ms",
+         "retention_ms",
+         "max_backlog_messages",
+         "max_backlog_bytes",
+         "max_inflight",
+         "idempotency_key_fields",
+         "idempotency_key_include_topic",
+         "idempotency_key_optional",
+         "dedup_by_content",
+         "key_conflict",
+         "key_history",
+         "replay_window_ms",
+         "ordering"},
         [&](std::size_t i, field& f) {
           switch (i) {
             case 0:

@@ -197,8 +197,8 @@ TEST_F(auth, an_ack_that_produces_needs_produce_on_every_target) {
                          {{"produce", json::array({{{"topic", topic}, {"value", "next"}}})}});
   };
   // The worker token consumes orders but may not produce at all.
-  EXPECT_TRUE(is_error(as(k_worker, "POST", "/v1/ack", step_to("payments.eu")), 403,
-                       "PERMISSION_DENIED"));
+  EXPECT_TRUE(
+      is_error(as(k_worker, "POST", "/v1/ack", step_to("payments.eu")), 403, "PERMISSION_DENIED"));
   // The stepper may produce, but not into "other".
   EXPECT_TRUE(
       is_error(as(k_stepper, "POST", "/v1/ack", step_to("other")), 403, "PERMISSION_DENIED"));

@@ -365,7 +365,8 @@ TEST_F(cluster_edge, the_outbox_hand_over_takes_each_entry_once_and_only_from_a_
   EXPECT_EQ(stranger->status, 403u) << stranger->body;
   with_roles([&](const roles& r, int, bool& again) {
     const std::string from = cluster_->member(r.follower).id;
-    auto first = cluster_->request(r.leader, "POST", path, body.dump(), {{"X-Onceq-Forwarded", from}});
+    auto first =
+        cluster_->request(r.leader, "POST", path, body.dump(), {{"X-Onceq-Forwarded", from}});
     ASSERT_TRUE(first.has_value());
     if (first->status == 503) {
       again = true;
@@ -376,8 +377,8 @@ TEST_F(cluster_edge, the_outbox_hand_over_takes_each_entry_once_and_only_from_a_
     ASSERT_EQ(results.size(), 2u) << first->body;
     EXPECT_EQ(results[0]["code"], 0);
     EXPECT_TRUE(results[0]["stored"].get<bool>()) << first->body;
-    auto again_res = cluster_->request(r.leader, "POST", path, body.dump(),
-                                       {{"X-Onceq-Forwarded", from}});
+    auto again_res =
+        cluster_->request(r.leader, "POST", path, body.dump(), {{"X-Onceq-Forwarded", from}});
     ASSERT_TRUE(again_res.has_value());
     if (again_res->status == 503) {
       again = true;

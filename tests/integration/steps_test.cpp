@@ -56,9 +56,9 @@ class steps : public onceq_test {
   }
 
   http_response ack_with(const json& msg, json produce, const std::string& owner = "w") {
-    return client().post("/v1/ack", delivery_body("orders", "g", owner, msg,
-                                                  {{"result", {{"ok", true}}},
-                                                   {"produce", std::move(produce)}}));
+    return client().post(
+        "/v1/ack", delivery_body("orders", "g", owner, msg,
+                                 {{"result", {{"ok", true}}}, {"produce", std::move(produce)}}));
   }
 
   std::uint64_t produced(const std::string& topic) { return produced_in(client(), topic); }
@@ -200,8 +200,9 @@ TEST(steps_disk, a_full_target_shard_leaves_the_message_pending_until_it_heals) 
     auto got = c.post("/v1/consume", consume_body("orders", "g", "w", 1, json::object()));
     ASSERT_EQ(got.status, 200u);
     auto msg = got.ndjson().at(0);
-    auto res = c.post("/v1/ack", delivery_body("orders", "g", "w", msg,
-                                               {{"produce", json::array({step("receipts", "r1")})}}));
+    auto res =
+        c.post("/v1/ack", delivery_body("orders", "g", "w", msg,
+                                        {{"produce", json::array({step("receipts", "r1")})}}));
     ASSERT_EQ(res.status, 200u) << res.body;
     EXPECT_EQ(res.json()["produced"][0]["status"], "pending") << res.body;
     EXPECT_EQ(metric(c, "onceq_shard_outbox_depth{shard=\"0\"}"), 1);

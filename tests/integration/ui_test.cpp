@@ -182,15 +182,18 @@ TEST_F(ui, a_steps_key_lists_its_next_steps) {
   auto got = consume("orders", "billing", "w", 1, 60'000);
   ASSERT_EQ(got.size(), 1u);
   auto res = client().post(
-      "/v1/ack", delivery_body("orders", "billing", "w", got[0],
-                               {{"produce", json::array({{{"topic", "receipts"}, {"value", "r"}}})}}));
+      "/v1/ack",
+      delivery_body("orders", "billing", "w", got[0],
+                    {{"produce", json::array({{{"topic", "receipts"}, {"value", "r"}}})}}));
   ASSERT_EQ(res.status, 200u) << res.body;
   auto page = chrome().dump_dom(url("#topic=orders&group=billing&key=order-1"), k_budget);
   ASSERT_TRUE(page.ok) << page.errors;
   const std::string& dom = page.output;
   EXPECT_EQ(field(dom, "state"), "committed");
   EXPECT_TRUE(std::regex_search(
-      dom, std::regex(R"re(data-field="produced"[^>]*><li><a href="#topic=receipts">receipts</a> partition 0, offset 0</li>)re")))
+      dom,
+      std::regex(
+          R"re(data-field="produced"[^>]*><li><a href="#topic=receipts">receipts</a> partition 0, offset 0</li>)re")))
       << dom;
 }
 

@@ -214,9 +214,8 @@ void leased_one_and_u(world& w) {
   w.create("u");
 }
 errc do_ack_steps(world& w) {
-  return code_of(w.b->ack(ack_cmd{k_ref, R"({"ok":1})",
-                                  {step_to("u", "s1"), step_to("elsewhere", "s2"),
-                                   step_to("u", "s3")}}));
+  return code_of(w.b->ack(ack_cmd{
+      k_ref, R"({"ok":1})", {step_to("u", "s1"), step_to("elsewhere", "s2"), step_to("u", "s3")}}));
 }
 void stepped_to_elsewhere(world& w) {
   leased_one_and_u(w);

@@ -22,9 +22,9 @@
 namespace onceq::testing {
 namespace {
 
-using command = std::variant<create_topic_cmd, produce_cmd, consume_cmd, ack_batch_cmd, nack_cmd,
-                             extend_cmd, key_query, redrive_cmd, tick_cmd, outbox_append_cmd,
-                             outbox_done_cmd>;
+using command =
+    std::variant<create_topic_cmd, produce_cmd, consume_cmd, ack_batch_cmd, nack_cmd, extend_cmd,
+                 key_query, redrive_cmd, tick_cmd, outbox_append_cmd, outbox_done_cmd>;
 struct entry {
   millis at;  // the clock reading the command runs at
   command cmd;
@@ -183,8 +183,8 @@ std::string replay(broker& b, manual_clock& clock, const std::vector<entry>& log
                 answers += " " + code_str(o.code);
                 if (o.produced)
                   for (auto& p : *o.produced)
-                    answers += fmt::format(" >{}/{}/{}/{}", p.topic, p.offset, p.pending,
-                                           p.outbox_seq);
+                    answers +=
+                        fmt::format(" >{}/{}/{}/{}", p.topic, p.offset, p.pending, p.outbox_seq);
               }
           } else if constexpr (std::is_same_v<T, nack_cmd>) {
             answers += code_str(b.nack(c).code());
@@ -254,10 +254,10 @@ TEST(BrokerReplay, OneCommandLogGivesTheSameStateOnTwoCores) {
     EXPECT_NE(a1.find(" >a/"), std::string::npos);
     EXPECT_NE(a1.find(" >x/"), std::string::npos);
     EXPECT_NE(a1.find(":OK/true/"), std::string::npos);
-      // Steps were produced on this core and into the outbox, and taken in.
-      EXPECT_NE(a1.find(" >a/"), std::string::npos);
-      EXPECT_NE(a1.find(" >x/"), std::string::npos);
-      EXPECT_NE(a1.find(":OK/true/"), std::string::npos);
+    // Steps were produced on this core and into the outbox, and taken in.
+    EXPECT_NE(a1.find(" >a/"), std::string::npos);
+    EXPECT_NE(a1.find(" >x/"), std::string::npos);
+    EXPECT_NE(a1.find(":OK/true/"), std::string::npos);
     EXPECT_GT(s1.count(storage::column::keys), 0u);
     EXPECT_GT(s1.count(storage::column::deliveries), 0u);
   }
@@ -410,8 +410,9 @@ TEST(BrokerReplay, ConsumeAfterAcksAcksFirstAndARefusedBatchConsumesNothing) {
   ASSERT_EQ(r.deliveries.size(), 1u);
   EXPECT_EQ(r.deliveries[0].offset, 1u);
   // Acks for a topic that does not exist: refused whole, nothing leased.
-  auto refused = apply(consume_after_acks_cmd{ack_batch_cmd{"nope", "g", "w", {{0, 1, {}, "", {}, {}}}},
-                                              consume_cmd{"t", "g", "w2", 1000, 5, {}}});
+  auto refused =
+      apply(consume_after_acks_cmd{ack_batch_cmd{"nope", "g", "w", {{0, 1, {}, "", {}, {}}}},
+                                   consume_cmd{"t", "g", "w2", 1000, 5, {}}});
   ASSERT_FALSE(refused.ok());
   auto still = apply(consume_cmd{"t", "g", "w3", 1000, 5, {}});
   ASSERT_TRUE(still.ok());

@@ -217,8 +217,8 @@ TEST_F(StepsTest, TheTargetDropsWhatItTookBeforeAndStopsAtAFullTopic) {
   auto entry = [](std::uint64_t seq, std::string topic, std::string value) {
     return outbox_entry{seq, step(std::move(topic), std::move(value)), 0};
   };
-  outbox_append_cmd cmd{7, {entry(1, "charges", "a"), entry(2, "nope", "b"),
-                            entry(3, "charges", "c")}};
+  outbox_append_cmd cmd{
+      7, {entry(1, "charges", "a"), entry(2, "nope", "b"), entry(3, "charges", "c")}};
   auto r = b().outbox_append(cmd);
   ASSERT_TRUE(r.ok()) << r.err().message;
   ASSERT_EQ(r->size(), 3u);
@@ -254,14 +254,14 @@ TEST_F(StepsTest, TheTargetDropsWhatItTookBeforeAndStopsAtAFullTopic) {
   EXPECT_EQ(produced("charges"), 3u);
   // The mark survives a restart: 4 is not taken twice, 5 is taken once there is room.
   restart();
-  auto later = b().outbox_append(outbox_append_cmd{7, {entry(4, "small", "fits"),
-                                                       entry(6, "charges", "d")}});
+  auto later = b().outbox_append(
+      outbox_append_cmd{7, {entry(4, "small", "fits"), entry(6, "charges", "d")}});
   ASSERT_TRUE(later.ok());
   EXPECT_FALSE((*later)[0].stored);
   EXPECT_TRUE((*later)[1].stored);
   // Out of order entries are a bug of the sender.
-  auto bad = b().outbox_append(outbox_append_cmd{7, {entry(9, "charges", "x"),
-                                                     entry(8, "charges", "y")}});
+  auto bad =
+      b().outbox_append(outbox_append_cmd{7, {entry(9, "charges", "x"), entry(8, "charges", "y")}});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.code(), errc::invalid_argument);
 }

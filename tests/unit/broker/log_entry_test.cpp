@@ -66,8 +66,10 @@ delivery_ref full_ref() {
 // One entry of every command, each with fields set.
 std::vector<log_entry> every_command() {
   consume_cmd consume{"orders", "billing", "worker-1", 5000, 100, 1'732'000'001'000};
-  ack_batch_cmd acks{
-      "orders", "billing", "worker-1", {{1, 2, 3, R"({"ok":true})", 9, {}}, {4, 5, {}, "", {}, {}}}};
+  ack_batch_cmd acks{"orders",
+                     "billing",
+                     "worker-1",
+                     {{1, 2, 3, R"({"ok":true})", 9, {}}, {4, 5, {}, "", {}, {}}}};
   replay_cmd replay;
   replay.topic = "orders";
   replay.group = "billing";

@@ -987,8 +987,9 @@ TEST_F(replica_cluster_test, three_brokers_apply_one_log_and_survive_the_loss_of
   expect_same_state(*l);
 
   // A stale ack (another owner) is refused the same way everywhere.
-  EXPECT_EQ(apply(*l, t += 10, ack_cmd{delivery_ref{"orders", "billing", "w2", 0, 0, {}, {}}, "", {}}),
-            "FAILED_PRECONDITION");
+  EXPECT_EQ(
+      apply(*l, t += 10, ack_cmd{delivery_ref{"orders", "billing", "w2", 0, 0, {}, {}}, "", {}}),
+      "FAILED_PRECONDITION");
 
   const std::size_t old = *l;
   stop(old);

@@ -71,7 +71,10 @@ std::size_t nlohmann_ack(const std::string& body) {
     sink += a.contains("result") ? 1 : 0;
     sink += static_cast<std::size_t>(attempts) + where.size();
     outcomes.push_back(ack_outcome{static_cast<std::uint32_t>(partition),
-                                   static_cast<std::uint64_t>(offset), errc::ok, "", {}});
+                                   static_cast<std::uint64_t>(offset),
+                                   errc::ok,
+                                   "",
+                                   {}});
   }
   json results = json::array();
   for (const auto& o : outcomes) {
@@ -99,7 +102,8 @@ std::size_t new_ack(const std::string& body) {
   const auto& b = std::get<ack_batch_cmd>(*a);
   std::vector<ack_outcome> outcomes;
   outcomes.reserve(b.acks.size());
-  for (const auto& item : b.acks) outcomes.push_back({item.partition, item.offset, errc::ok, "", {}});
+  for (const auto& item : b.acks)
+    outcomes.push_back({item.partition, item.offset, errc::ok, "", {}});
   return b.acks.size() + ack_outcomes_json(outcomes).size();
 }
 

@@ -749,7 +749,8 @@ TEST(CodecTest, KeyInfoReplies) {
 }
 
 TEST(CodecTest, AckOutcomes) {
-  std::vector<ack_outcome> o = {{0, 1, errc::ok, "", {}}, {3, 2, errc::failed_precondition, "x", {}}};
+  std::vector<ack_outcome> o = {{0, 1, errc::ok, "", {}},
+                                {3, 2, errc::failed_precondition, "x", {}}};
   const json expected = {
       {"results",
        {{{"partition", 0}, {"offset", 1}, {"status", "acked"}},

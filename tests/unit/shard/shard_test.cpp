@@ -130,8 +130,8 @@ TEST_F(ShardTest, KeyWaiterAdoptsTheCommittedResult) {
   EXPECT_EQ(kf.wait_for(100ms), std::future_status::timeout) << "still leased";
   auto d = (*got)[0];
   auto acked = call<bool>([d](broker& b) -> result<bool> {
-    ONCEQ_TRY(
-        b.ack(ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, R"({"id":1})", {}}));
+    ONCEQ_TRY(b.ack(
+        ack_cmd{delivery_ref{"t", "g", "a", d.partition, d.offset, {}, {}}, R"({"id":1})", {}}));
     return true;
   });
   ASSERT_TRUE(acked.ok());
