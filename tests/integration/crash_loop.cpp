@@ -1289,6 +1289,9 @@ struct pipeline_history {
   std::size_t unavailable = 0, no_answer = 0;  // 503 answers, requests without one
   std::size_t stale_404 = 0;  // acks refused 404 by a lagging replica (step_worker::stale_404)
   std::vector<std::string> stale_404_samples;
+  // Per id, what the workers of step2 and step3 saw ("<ms> ..."), printed
+  // for the first ids the check flags.
+  std::map<std::string, std::vector<std::string>> trace;
   std::vector<std::string> unexpected;
 
   // The connection's figures and (in a cluster) its answers without the
@@ -1320,6 +1323,10 @@ struct pipeline_history {
     stale_404 += o.stale_404;
     stale_404_samples.insert(stale_404_samples.end(), o.stale_404_samples.begin(),
                              o.stale_404_samples.end());
+    for (auto& [id, events] : o.trace) {
+      auto& mine = trace[id];
+      mine.insert(mine.end(), events.begin(), events.end());
+    }
     unexpected.insert(unexpected.end(), o.unexpected.begin(), o.unexpected.end());
   }
 };
@@ -1424,6 +1431,7 @@ class step_worker {
                       m.at("offset").get<std::uint64_t>(), m.at("attempts").get<std::int64_t>()});
         ++h_.deliveries[step_];
         if (ds.back().attempts > 1) ++h_.redeliveries[step_];
+        note(ds.back(), "delivered to " + owner() + " via " + r->header("X-Onceq-Node"));
       }
       settle_all(ds, final_phase, lease_ms);
     }
@@ -1501,6 +1509,13 @@ class step_worker {
     return true;
   }
 
+  void note(const got& d, const std::string& what) {
+    if (step_ == 0) return;
+    h_.trace[d.id].push_back(std::to_string(now_ms()) + " " + cfg_.step_topic(step_) + " " +
+                             std::to_string(d.partition) + "/" + std::to_string(d.offset) +
+                             " (attempts " + std::to_string(d.attempts) + ") " + what);
+  }
+
   // An accepted ack's produced list: each "stored" entry's place.
   void note_produced(const got& d, const json& outcome) {
     if (step_ + 1 >= k_steps) return;
@@ -1555,6 +1570,13 @@ class step_worker {
         break;
       }
       std::this_thread::sleep_for(20ms);
+    }
+    for (const auto& d : ds) {
+      note(d, std::string(batch ? "batch " : "") + "ack by " + owner() +
+                  (lost_one ? " (a try lost or 503)" : "") + ": " +
+                  (r ? std::to_string(r->status) + " via " + r->header("X-Onceq-Node") + " " +
+                           r->body.substr(0, 400)
+                     : std::string("no answer")));
     }
     if (!r) {
       h_.acks_unknown[step_] += ds.size();
@@ -1691,7 +1713,8 @@ step_audit audit_topic(const std::string& topic, const getter& get,
 
 // The pipeline's promises, checked against the audit of the three topics.
 std::vector<violation> check_pipeline(const config& cfg, const pipeline_history& h,
-                                      const std::array<step_audit, k_steps>& audit) {
+                                      const std::array<step_audit, k_steps>& audit,
+                                      std::vector<std::string>& flagged) {
   std::vector<violation> v;
   for (int s = 0; s < k_steps; ++s) {
     if (!audit[s].complete)
@@ -1716,6 +1739,8 @@ std::vector<violation> check_pipeline(const config& cfg, const pipeline_history&
   for (const auto& id : ids) {
     for (int s = 0; s < k_steps; ++s) {
       const auto n = count(s, id);
+      if (n != 0 && n != 1 && flagged.size() < 3) flagged.push_back(id);
+      if (n == 0 && flagged.size() < 3) flagged.push_back(id);
       if (n == 0) {
         v.push_back(
             {"lost_step" + std::to_string(s + 1),
@@ -1841,7 +1866,8 @@ int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
   }
   if (!env.setup_error().empty()) return env.setup_failure(env.setup_error());
 
-  auto violations = check_pipeline(cfg, h, audit);
+  std::vector<std::string> flagged;
+  auto violations = check_pipeline(cfg, h, audit, flagged);
   if (!o.drain_ok) {
     violations.push_back(
         {"not_drained", "group g of the three steps still had backlog or inflight after " +
@@ -1883,6 +1909,21 @@ int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
   for (const auto& v : violations) {
     if (++shown > 30) break;
     std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+  }
+  for (const auto& id : flagged) {
+    std::cout << "  history of " << id << " (ms since the epoch):\n";
+    auto it = h.trace.find(id);
+    if (it == h.trace.end()) continue;
+    auto events = it->second;
+    std::sort(events.begin(), events.end());
+    for (const auto& e : events) std::cout << "    " << e << "\n";
+    for (int st = 0; st < k_steps; ++st) {
+      auto p = audit[st].places.find(id);
+      if (p == audit[st].places.end()) continue;
+      std::cout << "    audit: " << cfg.step_topic(st) << " at";
+      for (const auto& pos : p->second) std::cout << " " << pos.first << "/" << pos.second;
+      std::cout << "\n";
+    }
   }
   if (!violations.empty()) return 1;
   if (o.kills < cfg.kills + 1) {
