@@ -15,12 +15,14 @@
 // random pause and waits until its GET /v1/cluster answers before the next
 // kill: a majority is always up.
 //
-// With --pipeline (one onceqd) the workload is a chain of workflow steps
-// instead: producers fill topic step1, the workers of step1 and step2 ack
-// each delivery with a produce of the same id into the next topic (POST
-// /v1/ack with "produce"), the workers of step3 just ack; after the drain,
-// group "audit" reads all three topics and every stored step1 id must be in
-// step2 and step3 exactly once (see "workflow-step pipelines" below).
+// With --pipeline the workload is a chain of workflow steps instead:
+// producers fill topic step1, the workers of step1 and step2 ack each
+// delivery with a produce of the same id into the next topic (POST /v1/ack
+// with "produce"), the workers of step3 just ack; after the drain, group
+// "audit" reads all three topics and every stored step1 id must be in step2
+// and step3 exactly once (see "workflow-step pipelines" below). With
+// --cluster too (and --shards 2 or more), the steps' names are picked so
+// that step1 -> step2 stays on one shard and step2 -> step3 crosses shards.
 //
 // With --ordering (one onceqd) the topic is created with "ordering":"key"
 // and the check is per message key: no two leases of a key at once, acks in
