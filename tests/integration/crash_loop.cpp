@@ -15,12 +15,14 @@
 // random pause and waits until its GET /v1/cluster answers before the next
 // kill: a majority is always up.
 //
-// With --pipeline (one onceqd) the workload is a chain of workflow steps
-// instead: producers fill topic step1, the workers of step1 and step2 ack
-// each delivery with a produce of the same id into the next topic (POST
-// /v1/ack with "produce"), the workers of step3 just ack; after the drain,
-// group "audit" reads all three topics and every stored step1 id must be in
-// step2 and step3 exactly once (see "workflow-step pipelines" below).
+// With --pipeline the workload is a chain of workflow steps instead:
+// producers fill topic step1, the workers of step1 and step2 ack each
+// delivery with a produce of the same id into the next topic (POST /v1/ack
+// with "produce"), the workers of step3 just ack; after the drain, group
+// "audit" reads all three topics and every stored step1 id must be in step2
+// and step3 exactly once (see "workflow-step pipelines" below). With
+// --cluster too (and --shards 2 or more), the steps' names are picked so
+// that step1 -> step2 stays on one shard and step2 -> step3 crosses shards.
 //
 // With --ordering (one onceqd) the topic is created with "ordering":"key"
 // and the check is per message key: no two leases of a key at once, acks in
@@ -114,6 +116,12 @@ struct config {
   // hashes the name, the first names that land on distinct shards.
   std::vector<std::string> topic_names;
   const std::string& topic(int t) const { return topic_names.at(static_cast<std::size_t>(t)); }
+
+  // --pipeline: the topics of steps 1..3. One onceqd places by creation
+  // order (these names do); a cluster hashes the name, and the harness
+  // picks names that place step1 and step2 on one shard, step3 on another.
+  std::array<std::string, 3> steps{"step1", "step2", "step3"};
+  const std::string& step_topic(int step) const { return steps.at(static_cast<std::size_t>(step)); }
 };
 
 // Topic t of the workload: "crash", "crash-1", "crash-2", ...
@@ -605,8 +613,13 @@ std::optional<config> parse_args(int argc, char** argv) {
               << k_max_test_groups << ")\n";
     return std::nullopt;
   }
-  if ((c.pipeline || c.ordering) && c.cluster > 0) {
-    std::cerr << "crash_loop: --pipeline and --ordering are for one onceqd, not --cluster\n";
+  if (c.ordering && c.cluster > 0) {
+    std::cerr << "crash_loop: --ordering is for one onceqd, not --cluster\n";
+    return std::nullopt;
+  }
+  if (c.pipeline && c.cluster > 0 && c.shards < 2) {
+    std::cerr << "crash_loop: --pipeline --cluster needs --shards 2 or more (step2 -> step3"
+                 " crosses shards)\n";
     return std::nullopt;
   }
   if (c.cluster > 0 && c.rollback_at_kill > 0) {
@@ -967,9 +980,9 @@ std::string spread(std::vector<millis> v) {
          " ms";
 }
 
-int run_cluster(config cfg) {
-  const stopwatch clock;
-  const auto n = static_cast<std::size_t>(cfg.cluster);
+// Starts cfg.cluster nodes and waits for a leader of every shard; nullptr
+// (with why) if they did not come up.
+std::unique_ptr<local_cluster> start_cluster(const config& cfg, std::string& why) {
   std::unique_ptr<local_cluster> lc;
   try {
     local_cluster::options lo;
@@ -979,40 +992,215 @@ int run_cluster(config cfg) {
     lo.root = cfg.data_dir;
     lc = std::make_unique<local_cluster>(std::move(lo));
   } catch (const std::exception& e) {
-    std::cerr << "crash_loop: the cluster did not start: " << e.what() << "\n";
-    return 3;
+    why = std::string("the cluster did not start: ") + e.what();
+    return nullptr;
   }
-  auto setup_failure = [&](const std::string& why) {
-    std::cerr << "crash_loop: " << why << "\n" << lc->log_tails() << "\n";
-    lc->keep_root();
-    std::cerr << "crash_loop: data and logs kept in " << lc->root() << "\n";
-    return 3;
-  };
-  if (lc->wait_for_leader("", 30s).empty()) {
-    return setup_failure("no leader for every shard within 30 s of the start");
-  }
+  return lc;
+}
 
-  shared_state s(n);
+// Prints why a cluster run could not go on, keeps its data; exit status 3.
+int cluster_setup_failure(local_cluster& lc, const std::string& why) {
+  std::cerr << "crash_loop: " << why << "\n" << lc.log_tails() << "\n";
+  lc.keep_root();
+  std::cerr << "crash_loop: data and logs kept in " << lc.root() << "\n";
+  return 3;
+}
+
+// The nodes' ports and ids into the workload's shared state.
+void share_nodes(local_cluster& lc, shared_state& s) {
   s.cluster = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    s.ports[i] = lc->member(i).http_port;
-    s.node_ids.push_back(lc->member(i).id);
+  for (std::size_t i = 0; i < lc.size(); ++i) {
+    s.ports[i] = lc.member(i).http_port;
+    s.node_ids.push_back(lc.member(i).id);
   }
+}
 
-  // The harness's own requests: any live node, retried on another after a
-  // 503 or no answer until the deadline.
-  connection harness_conn(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
-  auto ask = [&](std::string_view method, const std::string& target, const json& body,
-                 std::chrono::seconds limit) -> std::optional<http_response> {
+// The harness's own requests in a cluster: any live node, retried on
+// another after a 503 or no answer until the limit.
+class cluster_asker {
+ public:
+  cluster_asker(const shared_state& s, std::uint64_t seed) : conn_(s, seed) {}
+  std::optional<http_response> operator()(std::string_view method, const std::string& target,
+                                          const json& body, std::chrono::seconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     for (;;) {
-      auto r = harness_conn.send(method, target, body);
+      auto r = conn_.send(method, target, body);
       if (r && !retryable(r->status)) return r;
       if (std::chrono::steady_clock::now() > deadline) return r;
       std::this_thread::sleep_for(50ms);
     }
-  };
-  const getter get = [&](const std::string& target) { return ask("GET", target, nullptr, 30s); };
+  }
+  getter get() {
+    return [this](const std::string& target) { return (*this)("GET", target, nullptr, 30s); };
+  }
+  // One try, no retry (for requests whose repeat is not harmless).
+  connection& conn() { return conn_; }
+
+ private:
+  connection conn_;
+};
+
+// Creates a topic in a cluster and polls GET /v1/cluster until a node lists
+// it; its shard, or nullopt with why.
+std::optional<unsigned> create_cluster_topic(cluster_asker& ask, const std::string& name,
+                                             std::string& why) {
+  auto r = ask(
+      "POST", "/v1/topics",
+      {{"name", name}, {"partitions", 4}, {"lease_ms", 300}, {"dedup_window_ms", 3'600'000}}, 30s);
+  // 200: an earlier attempt without answer had created it.
+  if (!r || (r->status != 201 && r->status != 200)) {
+    why = "create topic " + name + ": " +
+          (r ? std::to_string(r->status) + " " + r->body : "no answer");
+    return std::nullopt;
+  }
+  std::string last;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(100ms);
+    auto c = ask.get()("/v1/cluster");
+    auto st = c ? parse_cluster_status(*c) : std::nullopt;
+    last = c ? c->body : "no answer";
+    if (const auto* sh = st ? st->shard_of_topic(name) : nullptr) return sh->shard;
+  }
+  why = "GET /v1/cluster lists " + name + " on no shard: " + last;
+  return std::nullopt;
+}
+
+// The killer of a cluster: one node down at a time, the leader of a
+// workload topic's shard --leader-percent of the time, else a follower;
+// each killed node restarted and ready before the next kill.
+class cluster_killer {
+ public:
+  cluster_killer(const config& cfg, local_cluster& lc, shared_state& s)
+      : cfg_(cfg), lc_(lc), s_(s), rng_(cfg.seed) {}
+
+  // The kill phase: until cfg.kills or --duration-limit, or a node that
+  // did not come back (setup_error).
+  void kill_phase(const std::vector<std::string>& topics, run_outcome& o, const stopwatch& clock) {
+    const auto n = lc_.size();
+    while (o.kills < cfg_.kills && clock.seconds() < cfg_.duration_limit_s) {
+      const auto up = cfg_.kill_min_ms +
+                      static_cast<int>(rng_() % static_cast<std::uint64_t>(cfg_.kill_max_ms -
+                                                                           cfg_.kill_min_ms + 1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(up));
+      const std::string topic = topics[rng_() % topics.size()];
+      const bool aim_at_leader = static_cast<int>(rng_() % 100) < cfg_.leader_percent;
+      const std::string leader = lc_.leader_of(topic);
+      const int li = lc_.index_of(leader);
+      std::size_t victim = 0;
+      if (aim_at_leader && li >= 0) {
+        victim = static_cast<std::size_t>(li);
+      } else {
+        std::vector<std::size_t> followers;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (static_cast<int>(i) != li) followers.push_back(i);
+        }
+        victim = followers[rng_() % followers.size()];
+      }
+      if (!kill_and_restart(victim, leader, topic, o)) break;
+      if (o.kills % 5 == 0) {
+        std::cerr << "crash_loop: " << o.kills << " kills (" << leader_kills_ << " of a leader), "
+                  << static_cast<int>(clock.seconds()) << " s\n";
+      }
+    }
+    o.kill_phase_s = clock.seconds();
+  }
+
+  // One more kill, of topic's shard leader, then a leader for every shard
+  // again; false with setup_error if not.
+  bool final_kill(const std::string& topic, run_outcome& o) {
+    const std::string leader = lc_.leader_of(topic);
+    const int li = lc_.index_of(leader);
+    if (!kill_and_restart(li >= 0 ? static_cast<std::size_t>(li) : 0, leader, topic, o)) {
+      return false;
+    }
+    if (lc_.wait_for_leader("", 30s).empty()) {
+      setup_error = "no leader for every shard within 30 s after the final kill";
+      return false;
+    }
+    return true;
+  }
+
+  std::vector<std::string> figure_lines() const {
+    return {
+        "nodes                       " + std::to_string(lc_.size()) + " (" + lc_.root() + ")",
+        "kills of a shard leader     " + std::to_string(leader_kills_) + " (failover " +
+            spread(failovers_) + " over " + std::to_string(failovers_.size()) + " measured)",
+        "restart until ready         " + spread(restarts_),
+    };
+  }
+
+  std::string setup_error;
+
+ private:
+  bool restart(std::size_t i) {
+    const auto t = std::chrono::steady_clock::now();
+    try {
+      lc_.restart(i);
+    } catch (const std::exception& e) {
+      setup_error = "node " + lc_.member(i).id + " did not recover: " + e.what();
+      return false;
+    }
+    restarts_.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+            .count());
+    s_.ports[i] = lc_.member(i).http_port;
+    return true;
+  }
+
+  // Kills node i (the leader of topic's shard when leader names it); false
+  // if it did not come back.
+  bool kill_and_restart(std::size_t i, const std::string& leader, const std::string& topic,
+                        run_outcome& o) {
+    const bool was_leader = lc_.member(i).id == leader;
+    const auto down =
+        std::chrono::milliseconds(rng_() % static_cast<std::uint64_t>(cfg_.down_max_ms + 1));
+    // Half of the leader kills stay down until the others elected a
+    // leader (measured); the rest come back after `down` whatever happened.
+    const bool await_failover = was_leader && rng_() % 2 == 0;
+    s_.ports[i] = 0;
+    lc_.kill9(i);
+    ++o.kills;
+    if (was_leader) ++leader_kills_;
+    const auto killed_at = std::chrono::steady_clock::now();
+    const auto wait_until = killed_at + (await_failover ? std::chrono::milliseconds(15'000) : down);
+    while (was_leader && std::chrono::steady_clock::now() < wait_until) {
+      const std::string now_leader = lc_.leader_of(topic);
+      if (!now_leader.empty() && now_leader != leader) {
+        failovers_.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - killed_at)
+                                 .count());
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_until(std::max(killed_at + down, std::chrono::steady_clock::now()));
+    return restart(i);
+  }
+
+  const config& cfg_;
+  local_cluster& lc_;
+  shared_state& s_;
+  std::mt19937_64 rng_;
+  int leader_kills_ = 0;
+  std::vector<millis> failovers_;  // leader killed -> another node names a new one
+  std::vector<millis> restarts_;   // restart -> its /v1/cluster answers
+};
+
+int run_cluster(config cfg) {
+  const stopwatch clock;
+  std::string why;
+  auto lc = start_cluster(cfg, why);
+  if (!lc) {
+    std::cerr << "crash_loop: " << why << "\n";
+    return 3;
+  }
+  if (lc->wait_for_leader("", 30s).empty()) {
+    return cluster_setup_failure(*lc, "no leader for every shard within 30 s of the start");
+  }
+  shared_state s(lc->size());
+  share_nodes(*lc, s);
+  cluster_asker ask(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
+  const getter get = ask.get();
 
   // The topics. Placement hashes the name: while there are shards enough,
   // candidates topic_name(0), (1), ... are created until each workload
@@ -1025,144 +1213,42 @@ int run_cluster(config cfg) {
     for (int cand = 0;
          static_cast<int>(cfg.topic_names.size()) < cfg.topics && cand < cfg.topics + 40; ++cand) {
       const std::string name = topic_name(cand);
-      auto r = ask(
-          "POST", "/v1/topics",
-          {{"name", name}, {"partitions", 4}, {"lease_ms", 300}, {"dedup_window_ms", 3'600'000}},
-          30s);
-      // 200: an earlier attempt without answer had created it.
-      if (!r || (r->status != 201 && r->status != 200)) {
-        return setup_failure("create topic " + name + ": " +
-                             (r ? std::to_string(r->status) + " " + r->body : "no answer"));
-      }
-      std::optional<unsigned> shard;
-      std::string last;
-      for (int attempt = 0; attempt < 100 && !shard; ++attempt) {
-        if (attempt > 0) std::this_thread::sleep_for(100ms);
-        auto c = get("/v1/cluster");
-        auto st = c ? parse_cluster_status(*c) : std::nullopt;
-        last = c ? c->body : "no answer";
-        if (const auto* sh = st ? st->shard_of_topic(name) : nullptr) shard = sh->shard;
-      }
-      if (!shard) return setup_failure("GET /v1/cluster lists " + name + " on no shard: " + last);
+      const auto shard = create_cluster_topic(ask, name, why);
+      if (!shard) return cluster_setup_failure(*lc, why);
       if (static_cast<int>(cfg.topic_names.size()) < distinct && used.count(*shard) > 0) continue;
       used.insert(*shard);
       cfg.topic_names.push_back(name);
     }
     if (static_cast<int>(cfg.topic_names.size()) < cfg.topics) {
-      return setup_failure("no " + std::to_string(cfg.topics) + " topic names on distinct shards");
+      return cluster_setup_failure(
+          *lc, "no " + std::to_string(cfg.topics) + " topic names on distinct shards");
     }
   }
 
   workload w(cfg, s);
 
   // Kill phase: one node down at a time.
-  std::mt19937_64 rng(cfg.seed);
   run_outcome o;
-  int leader_kills = 0;
-  std::vector<millis> failovers;  // leader killed -> another node names a new one
-  std::vector<millis> restarts;   // restart -> its /v1/cluster answers
-  std::string setup_error;
-  auto restart = [&](std::size_t i) -> bool {
-    const auto t = std::chrono::steady_clock::now();
-    try {
-      lc->restart(i);
-    } catch (const std::exception& e) {
-      setup_error = "node " + lc->member(i).id + " did not recover: " + e.what();
-      return false;
-    }
-    restarts.push_back(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
-            .count());
-    s.ports[i] = lc->member(i).http_port;
-    return true;
-  };
-  // Kills node i (the leader of topic's shard when leader names it); false
-  // if it did not come back.
-  auto kill_and_restart = [&](std::size_t i, const std::string& leader,
-                              const std::string& topic) -> bool {
-    const bool was_leader = lc->member(i).id == leader;
-    const auto down =
-        std::chrono::milliseconds(rng() % static_cast<std::uint64_t>(cfg.down_max_ms + 1));
-    // Half of the leader kills stay down until the others elected a
-    // leader (measured); the rest come back after `down` whatever happened.
-    const bool await_failover = was_leader && rng() % 2 == 0;
-    s.ports[i] = 0;
-    lc->kill9(i);
-    ++o.kills;
-    if (was_leader) ++leader_kills;
-    const auto killed_at = std::chrono::steady_clock::now();
-    const auto wait_until = killed_at + (await_failover ? std::chrono::milliseconds(15'000) : down);
-    while (was_leader && std::chrono::steady_clock::now() < wait_until) {
-      const std::string now_leader = lc->leader_of(topic);
-      if (!now_leader.empty() && now_leader != leader) {
-        failovers.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::steady_clock::now() - killed_at)
-                                .count());
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    std::this_thread::sleep_until(std::max(killed_at + down, std::chrono::steady_clock::now()));
-    return restart(i);
-  };
-
-  while (o.kills < cfg.kills && clock.seconds() < cfg.duration_limit_s) {
-    const auto up =
-        cfg.kill_min_ms +
-        static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.kill_max_ms - cfg.kill_min_ms + 1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(up));
-    const std::string topic = cfg.topic(static_cast<int>(rng() % cfg.topics));
-    const bool aim_at_leader = static_cast<int>(rng() % 100) < cfg.leader_percent;
-    const std::string leader = lc->leader_of(topic);
-    const int li = lc->index_of(leader);
-    std::size_t victim = 0;
-    if (aim_at_leader && li >= 0) {
-      victim = static_cast<std::size_t>(li);
-    } else {
-      std::vector<std::size_t> followers;
-      for (std::size_t i = 0; i < n; ++i) {
-        if (static_cast<int>(i) != li) followers.push_back(i);
-      }
-      victim = followers[rng() % followers.size()];
-    }
-    if (!kill_and_restart(victim, leader, topic)) break;
-    if (o.kills % 5 == 0) {
-      std::cerr << "crash_loop: " << o.kills << " kills (" << leader_kills << " of a leader), "
-                << static_cast<int>(clock.seconds()) << " s\n";
-    }
-  }
-  o.kill_phase_s = clock.seconds();
+  cluster_killer killer(cfg, *lc, s);
+  killer.kill_phase(cfg.topic_names, o, clock);
 
   w.stop_producing();
-  if (setup_error.empty()) o.drain_ok = drain(get, cfg);
+  if (killer.setup_error.empty()) o.drain_ok = drain(get, cfg);
   w.stop_consuming();
   auto result = w.collect();
 
   // One more kill, of the leader, before reading the keys: the commits must
   // survive it too.
-  if (setup_error.empty()) {
-    const std::string topic = cfg.topic(0);
-    const std::string leader = lc->leader_of(topic);
-    const int li = lc->index_of(leader);
-    if (kill_and_restart(li >= 0 ? static_cast<std::size_t>(li) : 0, leader, topic)) {
-      if (lc->wait_for_leader("", 30s).empty()) {
-        setup_error = "no leader for every shard within 30 s after the final kill";
-      } else {
-        read_keys(result.h, cfg, get, o);
-      }
-    }
+  if (killer.setup_error.empty() && killer.final_kill(cfg.topic(0), o)) {
+    read_keys(result.h, cfg, get, o);
   }
-  if (!setup_error.empty()) return setup_failure(setup_error);
+  if (!killer.setup_error.empty()) return cluster_setup_failure(*lc, killer.setup_error);
 
-  o.figure_lines = {
-      "nodes                       " + std::to_string(n) + " (" + lc->root() + ")",
-      "kills of a shard leader     " + std::to_string(leader_kills) + " (failover " +
-          spread(failovers) + " over " + std::to_string(failovers.size()) + " measured)",
-      "restart until ready         " + spread(restarts),
-      "answers 503 / no answer     " + std::to_string(result.unavailable) + " / " +
-          std::to_string(result.no_answer),
-      "longest produce wait        " + std::to_string(result.longest_produce_wait_ms) + " ms",
-  };
+  o.figure_lines = killer.figure_lines();
+  o.figure_lines.push_back("answers 503 / no answer     " + std::to_string(result.unavailable) +
+                           " / " + std::to_string(result.no_answer));
+  o.figure_lines.push_back("longest produce wait        " +
+                           std::to_string(result.longest_produce_wait_ms) + " ms");
   const int status = report(cfg, result, o, clock.seconds());
   if (status == 1) {
     lc->keep_root();
@@ -1185,10 +1271,6 @@ int run_cluster(config cfg) {
 constexpr int k_steps = 3;
 constexpr std::string_view k_audit_group = "audit";
 
-std::string step_topic(int step) {
-  return "step" + std::to_string(step + 1);
-}
-
 // A place an ack's answer said it stored a message of the next step at.
 struct step_place {
   std::string id;
@@ -1206,7 +1288,21 @@ struct pipeline_history {
   std::size_t pending_answers = 0;  // ... answered "pending" (outbox)
   std::size_t stored_unplaced = 0;  // ... answered "stored" without a place
   std::size_t crashes = 0, slow = 0;
+  std::size_t unavailable = 0, no_answer = 0;  // 503 answers, requests without one
+  std::size_t stale_404 = 0;  // acks refused 404 by a lagging replica (step_worker::stale_404)
+  std::vector<std::string> stale_404_samples;
+  // Per id, what the workers of step2 and step3 saw ("<ms> ..."), printed
+  // for the first ids the check flags.
+  std::map<std::string, std::vector<std::string>> trace;
   std::vector<std::string> unexpected;
+
+  // The connection's figures and (in a cluster) its answers without the
+  // promised headers.
+  void add(const connection& c) {
+    unavailable += c.unavailable();
+    no_answer += c.no_answer();
+    for (const auto& b : c.bad_headers()) unexpected.push_back(b);
+  }
 
   void append(pipeline_history&& o) {
     attempted.merge(o.attempted);
@@ -1224,6 +1320,15 @@ struct pipeline_history {
     stored_unplaced += o.stored_unplaced;
     crashes += o.crashes;
     slow += o.slow;
+    unavailable += o.unavailable;
+    no_answer += o.no_answer;
+    stale_404 += o.stale_404;
+    stale_404_samples.insert(stale_404_samples.end(), o.stale_404_samples.begin(),
+                             o.stale_404_samples.end());
+    for (auto& [id, events] : o.trace) {
+      auto& mine = trace[id];
+      mine.insert(mine.end(), events.begin(), events.end());
+    }
     unexpected.insert(unexpected.end(), o.unexpected.begin(), o.unexpected.end());
   }
 };
@@ -1242,7 +1347,7 @@ class pipeline_producer {
       const std::string a = numbered(numbered("p", index_) + "-", n);
       const std::string b = numbered(numbered("p", index_) + "-", n + 1);
       if (rng_() % 10 < 3) {
-        send({{"topic", step_topic(0)}, {"messages", {message(a), message(b)}}}, a + ".batch",
+        send({{"topic", cfg_.step_topic(0)}, {"messages", {message(a), message(b)}}}, a + ".batch",
              {a, b});
       } else {
         send(with_topic(message(a)), a, {a});
@@ -1252,14 +1357,17 @@ class pipeline_producer {
     }
   }
 
-  pipeline_history take() { return std::move(h_); }
+  pipeline_history take() {
+    h_.add(conn_);
+    return std::move(h_);
+  }
 
  private:
   static json message(const std::string& id) {
     return {{"key", id}, {"value", id}, {"envelope", {{"idempotency_key", id}}}};
   }
-  static json with_topic(json m) {
-    m["topic"] = step_topic(0);
+  json with_topic(json m) const {
+    m["topic"] = cfg_.step_topic(0);
     return m;
   }
 
@@ -1302,6 +1410,7 @@ class step_worker {
   step_worker(int step, int index, const config& cfg, shared_state& s)
       : step_(step),
         index_(index),
+        cfg_(cfg),
         s_(s),
         rng_(cfg.seed * 7919 + 900 + step * 100 + index),
         conn_(s, cfg.seed * 7919 + 1300 + step * 100 + index) {}
@@ -1310,8 +1419,8 @@ class step_worker {
     while (!s_.stop_consuming.load()) {
       const bool final_phase = s_.final_phase.load();
       const std::int64_t lease_ms = final_phase ? 5000 : 200 + pick(301);
-      json body = {{"topic", step_topic(step_)},  {"group", k_group}, {"owner", owner()},
-                   {"max_messages", 1 + pick(4)}, {"wait_ms", 100},   {"lease_ms", lease_ms}};
+      json body = {{"topic", cfg_.step_topic(step_)}, {"group", k_group}, {"owner", owner()},
+                   {"max_messages", 1 + pick(4)},     {"wait_ms", 100},   {"lease_ms", lease_ms}};
       auto r = conn_.send("POST", "/v1/consume", body);
       if (!r || r->status != 200) {
         if (r && !retryable(r->status)) add_unexpected("consume", *r);
@@ -1324,12 +1433,16 @@ class step_worker {
                       m.at("offset").get<std::uint64_t>(), m.at("attempts").get<std::int64_t>()});
         ++h_.deliveries[step_];
         if (ds.back().attempts > 1) ++h_.redeliveries[step_];
+        note(ds.back(), "delivered to " + owner() + " via " + r->header("X-Onceq-Node"));
       }
       settle_all(ds, final_phase, lease_ms);
     }
   }
 
-  pipeline_history take() { return std::move(h_); }
+  pipeline_history take() {
+    h_.add(conn_);
+    return std::move(h_);
+  }
 
  private:
   struct got {
@@ -1345,8 +1458,8 @@ class step_worker {
            std::to_string(incarnation_);
   }
   void add_unexpected(const std::string& what, const http_response& r) {
-    h_.unexpected.push_back(step_topic(step_) + " " + what + ": " + std::to_string(r.status) + " " +
-                            r.body);
+    h_.unexpected.push_back(cfg_.step_topic(step_) + " " + what + ": " + std::to_string(r.status) +
+                            " " + r.body);
   }
 
   void settle_all(const std::vector<got>& ds, bool final_phase, std::int64_t lease_ms) {
@@ -1371,7 +1484,7 @@ class step_worker {
   json item(const got& d) const {
     json x = {{"partition", d.partition}, {"offset", d.offset}, {"attempts", d.attempts}};
     if (step_ + 1 < k_steps) {
-      json m = {{"topic", step_topic(step_ + 1)}, {"key", d.id}, {"value", d.id}};
+      json m = {{"topic", cfg_.step_topic(step_ + 1)}, {"key", d.id}, {"value", d.id}};
       // step2's messages carry the id as idempotency key, step3's none.
       if (step_ == 0) m["envelope"] = {{"idempotency_key", d.id}};
       x["produce"] = json::array({m});
@@ -1379,17 +1492,44 @@ class step_worker {
     return x;
   }
 
+  // In a cluster, the node an ack reaches checks that the next step's topic
+  // exists with a read of its own replica of that topic's shard, which may
+  // lag (a node just restarted): it answers 404 "topic ... not found" for a
+  // topic that exists, and stores nothing. Counted (with the first
+  // answers' node and time), not a violation: the delivery is acked again
+  // later, and the audit still checks every id.
+  bool stale_404(const http_response& r) {
+    if (!s_.cluster || r.status != 404 || step_ + 1 >= k_steps ||
+        r.body.find("topic '" + cfg_.step_topic(step_ + 1) + "' not found") == std::string::npos) {
+      return false;
+    }
+    if (h_.stale_404++ < 3) {
+      h_.stale_404_samples.push_back(cfg_.step_topic(step_) + " ack answered by node " +
+                                     r.header("X-Onceq-Node") + " at " + std::to_string(now_ms()) +
+                                     " ms (Unix): " + r.body);
+    }
+    return true;
+  }
+
+  void note(const got& d, const std::string& what) {
+    if (step_ == 0) return;
+    h_.trace[d.id].push_back(std::to_string(now_ms()) + " " + cfg_.step_topic(step_) + " " +
+                             std::to_string(d.partition) + "/" + std::to_string(d.offset) +
+                             " (attempts " + std::to_string(d.attempts) + ") " + what);
+  }
+
   // An accepted ack's produced list: each "stored" entry's place.
   void note_produced(const got& d, const json& outcome) {
     if (step_ + 1 >= k_steps) return;
     if (!outcome.contains("produced")) {
-      h_.unexpected.push_back(step_topic(step_) + " ack without produced: " + outcome.dump());
+      h_.unexpected.push_back(cfg_.step_topic(step_) + " ack without produced: " + outcome.dump());
       return;
     }
     for (const auto& p : outcome.at("produced")) {
       const std::string st = p.value("status", "");
-      if (p.value("topic", "") != step_topic(step_ + 1)) {
-        h_.unexpected.push_back(step_topic(step_) + " ack produced another topic: " + p.dump());
+      if (p.value("topic", "") != cfg_.step_topic(step_ + 1)) {
+        h_.unexpected.push_back(cfg_.step_topic(step_) +
+                                " ack produced another topic: " + p.dump());
       } else if (st == "stored" && !p.contains("partition")) {
         ++h_.stored_unplaced;  // stored, the answer does not know where
       } else if (st == "stored") {
@@ -1401,16 +1541,19 @@ class step_worker {
       } else if (st == "pending") {
         ++h_.pending_answers;
       } else {
-        h_.unexpected.push_back(step_topic(step_) + " ack produced: " + p.dump());
+        h_.unexpected.push_back(cfg_.step_topic(step_) + " ack produced: " + p.dump());
       }
     }
   }
 
   // One ack (single, or batch when ds has several), retried on no answer
-  // or 429/503 for up to 5 s.
+  // or 429/503 for up to 5 s. A refusal after a try without answer (in a
+  // cluster also after a 503: the node may have passed the ack on to the
+  // shard leader, which applied it) is "unknown", not "fenced": the first
+  // try may have been applied.
   void ack(const std::vector<got>& ds) {
     const bool batch = ds.size() > 1;
-    json body = {{"topic", step_topic(step_)}, {"group", k_group}, {"owner", owner()}};
+    json body = {{"topic", cfg_.step_topic(step_)}, {"group", k_group}, {"owner", owner()}};
     if (batch) {
       body["acks"] = json::array();
       for (const auto& d : ds) body["acks"].push_back(item(d));
@@ -1423,12 +1566,19 @@ class step_worker {
     for (;;) {
       r = conn_.send("POST", "/v1/ack", body);
       if (r && !retryable(r->status)) break;
-      lost_one = lost_one || !r;
+      lost_one = lost_one || !r || (s_.cluster && r->status == 503);
       if (now_ms() - sent > 5000 || s_.stop_consuming.load()) {
         r.reset();
         break;
       }
       std::this_thread::sleep_for(20ms);
+    }
+    for (const auto& d : ds) {
+      note(d, std::string(batch ? "batch " : "") + "ack by " + owner() +
+                  (lost_one ? " (a try lost or 503)" : "") + ": " +
+                  (r ? std::to_string(r->status) + " via " + r->header("X-Onceq-Node") + " " +
+                           r->body.substr(0, 400)
+                     : std::string("no answer")));
     }
     if (!r) {
       h_.acks_unknown[step_] += ds.size();
@@ -1447,13 +1597,13 @@ class step_worker {
         ++h_.acks_ok[step_];
         if (with_produce) note_produced(ds.front(), r->json());
       } else {
-        if (r->status != 409) add_unexpected("ack", *r);
+        if (r->status != 409 && !stale_404(*r)) add_unexpected("ack", *r);
         refused();
       }
       return;
     }
     if (r->status != 200) {
-      add_unexpected("batch ack", *r);
+      if (!stale_404(*r)) add_unexpected("batch ack", *r);
       for (std::size_t i = 0; i < ds.size(); ++i) refused();
       return;
     }
@@ -1465,7 +1615,7 @@ class step_worker {
         note_produced(ds[i], x);
       } else {
         if (x.value("error", "") != "FAILED_PRECONDITION") {
-          h_.unexpected.push_back(step_topic(step_) + " batch ack item: " + x.dump());
+          h_.unexpected.push_back(cfg_.step_topic(step_) + " batch ack item: " + x.dump());
         }
         refused();
       }
@@ -1474,6 +1624,7 @@ class step_worker {
 
   int step_;
   int index_;
+  const config& cfg_;
   shared_state& s_;
   std::mt19937_64 rng_;
   connection conn_;
@@ -1491,27 +1642,33 @@ struct step_audit {
 
 // Reads a whole topic with group "audit" (acking what it got, so that a
 // duplicate of a keyed message would show as auto_acked), then checks that
-// the group is empty and auto-acked nothing.
+// the group is empty and auto-acked nothing. A consume without an answer
+// (or a 503 in a cluster) may have leased messages all the same: the read
+// goes on until that lease (lease_ms) ran out and they came back.
 step_audit audit_topic(const std::string& topic, const getter& get,
                        const std::function<std::optional<http_response>(const json&)>& post_ack,
-                       const std::function<std::optional<http_response>(const json&)>& consume) {
+                       const std::function<std::optional<http_response>(const json&)>& consume,
+                       std::int64_t lease_ms) {
   step_audit a;
   int empty_in_a_row = 0;
   int failures = 0;
   std::set<position> seen;
-  while (empty_in_a_row < 3) {
+  std::optional<std::chrono::steady_clock::time_point> unsure_until;
+  auto settled = [&] { return !unsure_until || std::chrono::steady_clock::now() > *unsure_until; };
+  while (empty_in_a_row < 3 || !settled()) {
     auto r = consume({{"topic", topic},
                       {"group", k_audit_group},
                       {"owner", "auditor"},
                       {"max_messages", 1000},
                       {"wait_ms", 200},
-                      {"lease_ms", 60'000}});
+                      {"lease_ms", lease_ms}});
     if (!r || r->status != 200) {
-      if (++failures > 20) {
+      if (++failures > 100) {
         a.problem =
             "consume failed: " + (r ? std::to_string(r->status) + " " + r->body : "no answer");
         return a;
       }
+      unsure_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(lease_ms) + 1s;
       std::this_thread::sleep_for(100ms);
       continue;
     }
@@ -1557,12 +1714,13 @@ step_audit audit_topic(const std::string& topic, const getter& get,
 }
 
 // The pipeline's promises, checked against the audit of the three topics.
-std::vector<violation> check_pipeline(const pipeline_history& h,
-                                      const std::array<step_audit, k_steps>& audit) {
+std::vector<violation> check_pipeline(const config& cfg, const pipeline_history& h,
+                                      const std::array<step_audit, k_steps>& audit,
+                                      std::vector<std::string>& flagged) {
   std::vector<violation> v;
   for (int s = 0; s < k_steps; ++s) {
     if (!audit[s].complete)
-      v.push_back({"audit_incomplete", step_topic(s) + ": " + audit[s].problem});
+      v.push_back({"audit_incomplete", cfg.step_topic(s) + ": " + audit[s].problem});
   }
   auto count = [&](int s, const std::string& id) {
     auto it = audit[s].places.find(id);
@@ -1583,6 +1741,8 @@ std::vector<violation> check_pipeline(const pipeline_history& h,
   for (const auto& id : ids) {
     for (int s = 0; s < k_steps; ++s) {
       const auto n = count(s, id);
+      if (n != 0 && n != 1 && flagged.size() < 3) flagged.push_back(id);
+      if (n == 0 && flagged.size() < 3) flagged.push_back(id);
       if (n == 0) {
         v.push_back(
             {"lost_step" + std::to_string(s + 1),
@@ -1600,8 +1760,9 @@ std::vector<violation> check_pipeline(const pipeline_history& h,
     for (const auto& [id, _] : audit[s].places) {
       if (count(s - 1, id) == 0) {
         v.push_back({"orphan_step" + std::to_string(s + 1),
-                     id + " in " + step_topic(s) + " at" + places_of(s, id) + " but not in " +
-                         step_topic(s - 1) + (h.attempted.count(id) ? "" : " (never produced)")});
+                     id + " in " + cfg.step_topic(s) + " at" + places_of(s, id) + " but not in " +
+                         cfg.step_topic(s - 1) +
+                         (h.attempted.count(id) ? "" : " (never produced)")});
       }
     }
   }
@@ -1609,7 +1770,7 @@ std::vector<violation> check_pipeline(const pipeline_history& h,
   for (const auto& p : h.places) {
     auto it = audit[p.step].places.find(p.id);
     if (it == audit[p.step].places.end() || it->second.count(p.pos) == 0) {
-      v.push_back({"wrong_place", step_topic(p.step) + " " + p.id + ": the ack answered " +
+      v.push_back({"wrong_place", cfg.step_topic(p.step) + " " + p.id + ": the ack answered " +
                                       std::to_string(p.pos.first) + "/" +
                                       std::to_string(p.pos.second) + ", the audit found it at" +
                                       places_of(p.step, p.id)});
@@ -1619,9 +1780,9 @@ std::vector<violation> check_pipeline(const pipeline_history& h,
   return v;
 }
 
-bool pipeline_drained(const getter& get) {
+bool pipeline_drained(const config& cfg, const getter& get) {
   for (int s = 0; s < k_steps; ++s) {
-    auto r = get("/v1/topics/" + step_topic(s));
+    auto r = get("/v1/topics/" + cfg.step_topic(s));
     if (!r || r->status != 200) return false;
     auto j = r->json();
     if (!j.at("groups").contains(k_group)) return false;
@@ -1633,61 +1794,27 @@ bool pipeline_drained(const getter& get) {
   return true;
 }
 
-// One onceqd: create step1, step3, step2 (in that order: with --shards 2
-// placement puts step1 and step2 on one shard, step3 on the other, so that
-// step1 -> step2 is written in the ack's transaction and step2 -> step3
-// goes through the outbox), run the producers and step workers under the
-// killer, drain, kill once more, audit.
-int run_pipeline(config cfg) {
-  const stopwatch clock;
-  server_process::options opts;
-  opts.onceqd_path = cfg.onceqd;
-  opts.data_dir = cfg.data_dir;
-  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
-  std::unique_ptr<server_process> server;
-  try {
-    server = std::make_unique<server_process>(opts);
-  } catch (const std::exception& e) {
-    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
-    return 3;
-  }
-  shared_state s(1);
-  s.ports[0] = server->port();
-  for (int step : {0, 2, 1}) {
-    http_client c(server->port(), k_client_timeout);
-    auto r = c.post("/v1/topics", {{"name", step_topic(step)},
-                                   {"partitions", 4},
-                                   {"lease_ms", 300},
-                                   {"dedup_window_ms", 3'600'000}});
-    if (r.status != 201) {
-      std::cerr << "crash_loop: create topic: " << r.status << " " << r.body << "\n";
-      return 3;
-    }
-  }
-  // Group "audit" exists from the start, so that every message stays for it
-  // (a message every group acked is gone).
-  for (int step = 0; step < k_steps; ++step) {
-    http_client c(server->port(), k_client_timeout);
-    auto r = c.post("/v1/consume", {{"topic", step_topic(step)},
-                                    {"group", k_audit_group},
-                                    {"owner", "auditor"},
-                                    {"max_messages", 1},
-                                    {"wait_ms", 0}});
-    if (r.status != 200) {
-      std::cerr << "crash_loop: create group audit: " << r.status << " " << r.body << "\n";
-      return 3;
-    }
-  }
-  for (int sh = 0; sh < std::min(cfg.shards, k_steps); ++sh) {
-    http_client c(server->port(), k_client_timeout);
-    const std::string none = "onceq_shard_topics{shard=\"" + std::to_string(sh) + "\"} 0\n";
-    auto r = c.get("/metrics");
-    if (r.status != 200 || r.body.find(none) != std::string::npos) {
-      std::cerr << "crash_loop: shard " << sh << " got no topic: " << r.status << "\n";
-      return 3;
-    }
-  }
+// How the pipeline's phases reach one onceqd or a cluster.
+struct pipeline_env {
+  getter get;  // the harness's reads (retried on another node in a cluster)
+  // The audit's acks (retried in a cluster) and consumes (one try: a retry
+  // could lease what the lost try leased).
+  std::function<std::optional<http_response>(const json&)> audit_ack, audit_consume;
+  std::int64_t audit_lease_ms = 60'000;
+  std::function<void(run_outcome&)> kill_phase;
+  // One more kill and restart before the audit; false: setup_error says why.
+  std::function<bool(run_outcome&)> final_kill;
+  std::function<std::string()> setup_error;
+  std::function<int(const std::string&)> setup_failure;  // prints why; 3
+  std::function<std::vector<std::string>()> figure_lines;
+  std::string title;  // after "--pipeline, seed S"
+};
 
+// The pipeline's run once its topics and group audit exist: producers and
+// step workers under the killer, the drain, one more kill, the audit, the
+// check and its report; the exit status.
+int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
+                        const stopwatch& clock) {
   std::vector<std::unique_ptr<pipeline_producer>> producers;
   std::vector<std::unique_ptr<step_worker>> workers;
   std::vector<std::thread> producer_threads, worker_threads;
@@ -1708,27 +1835,18 @@ int run_pipeline(config cfg) {
   };
 
   run_outcome o;
-  std::string setup_error;
-  kill_single(cfg, *server, s, o, clock, setup_error);
+  env.kill_phase(o);
 
   s.stop_producing = true;
   join(producer_threads);
   s.final_phase = true;
-  if (setup_error.empty()) {
-    http_client c(server->port(), k_client_timeout);
-    const getter get = [&](const std::string& t) -> std::optional<http_response> {
-      try {
-        return c.get(t);
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
-    };
+  if (env.setup_error().empty()) {
     // Quiet for 6 polls (1.8 s): longer than the relay's retry period.
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_limit_s);
     int quiet = 0;
     while (std::chrono::steady_clock::now() < end && quiet < 6) {
       std::this_thread::sleep_for(300ms);
-      quiet = pipeline_drained(get) ? quiet + 1 : 0;
+      quiet = pipeline_drained(cfg, env.get) ? quiet + 1 : 0;
     }
     o.drain_ok = quiet >= 6;
   }
@@ -1740,38 +1858,27 @@ int run_pipeline(config cfg) {
 
   // One more kill: the audit reads what survived it.
   std::array<step_audit, k_steps> audit;
-  if (setup_error.empty()) {
-    s.ports[0] = 0;
-    server->kill9();
-    ++o.kills;
-    if (restart_single(*server, s, setup_error)) {
-      connection conn(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
-      const getter get = [&](const std::string& t) { return conn.send("GET", t); };
-      auto post = [&](const char* target) {
-        return [&conn, target](const json& b) { return conn.send("POST", target, b); };
-      };
-      // A relay pass after the restart may still carry outbox entries.
-      std::this_thread::sleep_for(1s);
-      for (int st = 0; st < k_steps; ++st) {
-        audit[st] = audit_topic(step_topic(st), get, post("/v1/ack"), post("/v1/consume"));
-      }
+  if (env.setup_error().empty() && env.final_kill(o)) {
+    // A relay pass after the restart may still carry outbox entries.
+    std::this_thread::sleep_for(1s);
+    for (int st = 0; st < k_steps; ++st) {
+      audit[st] = audit_topic(cfg.step_topic(st), env.get, env.audit_ack, env.audit_consume,
+                              env.audit_lease_ms);
     }
   }
-  if (!setup_error.empty()) {
-    std::cerr << "crash_loop: " << setup_error << "\n" << server->log_tail() << "\n";
-    return 3;
-  }
+  if (!env.setup_error().empty()) return env.setup_failure(env.setup_error());
 
-  auto violations = check_pipeline(h, audit);
+  std::vector<std::string> flagged;
+  auto violations = check_pipeline(cfg, h, audit, flagged);
   if (!o.drain_ok) {
     violations.push_back(
-        {"not_drained", "group g of step1..3 still had backlog or inflight after " +
+        {"not_drained", "group g of the three steps still had backlog or inflight after " +
                             std::to_string(cfg.drain_limit_s) + " s"});
   }
   std::map<std::string, std::size_t> by_rule;
   for (const auto& v : violations) ++by_rule[v.rule];
   std::size_t redeliveries = 0, acks_ok = 0;
-  std::cout << "crash_loop: --pipeline, seed " << cfg.seed
+  std::cout << "crash_loop: --pipeline, seed " << cfg.seed << env.title
             << (cfg.shards > 0 ? ", --shards " + std::to_string(cfg.shards) : std::string()) << "\n"
             << "  kills                       " << o.kills << " (" << cfg.kills
             << " asked + 1 before the audit)\n"
@@ -1781,21 +1888,44 @@ int run_pipeline(config cfg) {
   for (int st = 0; st < k_steps; ++st) {
     redeliveries += h.redeliveries[st];
     acks_ok += h.acks_ok[st];
-    std::cout << "  " << step_topic(st) << ": stored " << audit[st].messages << " ("
+    std::cout << "  " << cfg.step_topic(st) << ": stored " << audit[st].messages << " ("
               << audit[st].places.size() << " ids), deliveries " << h.deliveries[st] << " ("
               << h.redeliveries[st] << " redeliveries), acks ok " << h.acks_ok[st] << ", fenced "
               << h.acks_fenced[st] << ", unknown " << h.acks_unknown[st] << "\n";
   }
   std::cout << "  produced answers            " << h.stored_answers << " stored, "
             << h.stored_unplaced << " stored without a place, " << h.pending_answers << " pending\n"
-            << "  worker crashes / slow acks  " << h.crashes << " / " << h.slow << "\n"
-            << "  violations                  " << violations.size() << "\n"
+            << "  worker crashes / slow acks  " << h.crashes << " / " << h.slow << "\n";
+  if (env.figure_lines) {
+    for (const auto& l : env.figure_lines()) std::cout << "  " << l << "\n";
+    std::cout << "  answers 503 / no answer     " << h.unavailable << " / " << h.no_answer << "\n"
+              << "  acks 404 by a stale replica " << h.stale_404 << "\n";
+    for (std::size_t i = 0; i < h.stale_404_samples.size() && i < 5; ++i) {
+      std::cout << "    " << h.stale_404_samples[i] << "\n";
+    }
+  }
+  std::cout << "  violations                  " << violations.size() << "\n"
             << "  elapsed                     " << static_cast<int>(clock.seconds()) << " s\n";
   for (const auto& [rule, n] : by_rule) std::cout << "    " << rule << ": " << n << "\n";
   int shown = 0;
   for (const auto& v : violations) {
     if (++shown > 30) break;
     std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
+  }
+  for (const auto& id : flagged) {
+    std::cout << "  history of " << id << " (ms since the epoch):\n";
+    auto it = h.trace.find(id);
+    if (it == h.trace.end()) continue;
+    auto events = it->second;
+    std::sort(events.begin(), events.end());
+    for (const auto& e : events) std::cout << "    " << e << "\n";
+    for (int st = 0; st < k_steps; ++st) {
+      auto p = audit[st].places.find(id);
+      if (p == audit[st].places.end()) continue;
+      std::cout << "    audit: " << cfg.step_topic(st) << " at";
+      for (const auto& pos : p->second) std::cout << " " << pos.first << "/" << pos.second;
+      std::cout << "\n";
+    }
   }
   if (!violations.empty()) return 1;
   if (o.kills < cfg.kills + 1) {
@@ -1809,6 +1939,184 @@ int run_pipeline(config cfg) {
   }
   std::cout << "crash_loop: OK\n";
   return 0;
+}
+
+// One onceqd: create step1, step3, step2 (in that order: with --shards 2
+// placement puts step1 and step2 on one shard, step3 on the other, so that
+// step1 -> step2 is written in the ack's transaction and step2 -> step3
+// goes through the outbox), run the producers and step workers under the
+// killer, drain, kill once more, audit.
+int run_pipeline_single(config cfg) {
+  const stopwatch clock;
+  server_process::options opts;
+  opts.onceqd_path = cfg.onceqd;
+  opts.data_dir = cfg.data_dir;
+  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
+  std::unique_ptr<server_process> server;
+  try {
+    server = std::make_unique<server_process>(opts);
+  } catch (const std::exception& e) {
+    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
+    return 3;
+  }
+  shared_state s(1);
+  s.ports[0] = server->port();
+  for (int step : {0, 2, 1}) {
+    http_client c(server->port(), k_client_timeout);
+    auto r = c.post("/v1/topics", {{"name", cfg.step_topic(step)},
+                                   {"partitions", 4},
+                                   {"lease_ms", 300},
+                                   {"dedup_window_ms", 3'600'000}});
+    if (r.status != 201) {
+      std::cerr << "crash_loop: create topic: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+  // Group "audit" exists from the start, so that every message stays for it
+  // (a message every group acked is gone).
+  for (int step = 0; step < k_steps; ++step) {
+    http_client c(server->port(), k_client_timeout);
+    auto r = c.post("/v1/consume", {{"topic", cfg.step_topic(step)},
+                                    {"group", k_audit_group},
+                                    {"owner", "auditor"},
+                                    {"max_messages", 1},
+                                    {"wait_ms", 0}});
+    if (r.status != 200) {
+      std::cerr << "crash_loop: create group audit: " << r.status << " " << r.body << "\n";
+      return 3;
+    }
+  }
+  for (int sh = 0; sh < std::min(cfg.shards, k_steps); ++sh) {
+    http_client c(server->port(), k_client_timeout);
+    const std::string none = "onceq_shard_topics{shard=\"" + std::to_string(sh) + "\"} 0\n";
+    auto r = c.get("/metrics");
+    if (r.status != 200 || r.body.find(none) != std::string::npos) {
+      std::cerr << "crash_loop: shard " << sh << " got no topic: " << r.status << "\n";
+      return 3;
+    }
+  }
+
+  std::string setup_error;
+  connection conn(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
+  pipeline_env env;
+  env.get = [&](const std::string& t) { return conn.send("GET", t); };
+  env.audit_ack = [&](const json& b) { return conn.send("POST", "/v1/ack", b); };
+  env.audit_consume = [&](const json& b) { return conn.send("POST", "/v1/consume", b); };
+  env.kill_phase = [&](run_outcome& o) { kill_single(cfg, *server, s, o, clock, setup_error); };
+  env.final_kill = [&](run_outcome& o) {
+    s.ports[0] = 0;
+    server->kill9();
+    ++o.kills;
+    return restart_single(*server, s, setup_error);
+  };
+  env.setup_error = [&] { return setup_error; };
+  env.setup_failure = [&](const std::string& why) {
+    std::cerr << "crash_loop: " << why << "\n" << server->log_tail() << "\n";
+    return 3;
+  };
+  return run_pipeline_phases(cfg, s, env, clock);
+}
+
+// FNV-1a 64 of a name modulo the shards: where a cluster places a topic
+// (shard/shard_set.cpp, shard_set::hashed).
+unsigned hashed_shard(std::string_view name, int shards) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : name) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return static_cast<unsigned>(h % static_cast<std::uint64_t>(shards));
+}
+
+// A cluster (--shards 2 or more): placement hashes the name, so the steps'
+// names are chosen for it: "step1", the first of "step2", "step2-1", ... on
+// step1's shard (step1 -> step2 in the ack's transaction), the first of
+// "step3", "step3-1", ... on another shard (step2 -> step3 through the
+// outbox, whose relay forwards to the target shard's leader wherever it
+// is). The killer aims at the leaders of both shards.
+int run_pipeline_cluster(config cfg) {
+  const stopwatch clock;
+  auto pick = [&](const std::string& base, bool same_shard) {
+    const unsigned first = hashed_shard(cfg.steps[0], cfg.shards);
+    for (int i = 0;; ++i) {
+      const std::string name = i == 0 ? base : base + "-" + std::to_string(i);
+      if ((hashed_shard(name, cfg.shards) == first) == same_shard) return name;
+    }
+  };
+  cfg.steps = {"step1", pick("step2", true), pick("step3", false)};
+
+  std::string why;
+  auto lc = start_cluster(cfg, why);
+  if (!lc) {
+    std::cerr << "crash_loop: " << why << "\n";
+    return 3;
+  }
+  if (lc->wait_for_leader("", 30s).empty()) {
+    return cluster_setup_failure(*lc, "no leader for every shard within 30 s of the start");
+  }
+  shared_state s(lc->size());
+  share_nodes(*lc, s);
+  cluster_asker ask(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
+
+  std::array<unsigned, k_steps> shard{};
+  for (int step = 0; step < k_steps; ++step) {
+    const auto sh = create_cluster_topic(ask, cfg.step_topic(step), why);
+    if (!sh) return cluster_setup_failure(*lc, why);
+    shard[static_cast<std::size_t>(step)] = *sh;
+  }
+  if (shard[0] != shard[1] || shard[1] == shard[2]) {
+    return cluster_setup_failure(
+        *lc, "the cluster placed " + cfg.steps[0] + ", " + cfg.steps[1] + ", " + cfg.steps[2] +
+                 " on shards " + std::to_string(shard[0]) + ", " + std::to_string(shard[1]) + ", " +
+                 std::to_string(shard[2]) + ": not step1 and step2 on one shard, step3 on another");
+  }
+  // Group "audit" exists from the start (a message every group acked is
+  // gone). A consume of an empty topic leases nothing: retrying is safe.
+  for (int step = 0; step < k_steps; ++step) {
+    auto r = ask("POST", "/v1/consume",
+                 {{"topic", cfg.step_topic(step)},
+                  {"group", k_audit_group},
+                  {"owner", "auditor"},
+                  {"max_messages", 1},
+                  {"wait_ms", 0}},
+                 30s);
+    if (!r || r->status != 200) {
+      return cluster_setup_failure(
+          *lc,
+          "create group audit: " + (r ? std::to_string(r->status) + " " + r->body : "no answer"));
+    }
+  }
+
+  cluster_killer killer(cfg, *lc, s);
+  const std::vector<std::string> aims(cfg.steps.begin(), cfg.steps.end());
+  pipeline_env env;
+  env.get = ask.get();
+  env.audit_ack = [&](const json& b) { return ask("POST", "/v1/ack", b, 30s); };
+  env.audit_consume = [&](const json& b) { return ask.conn().send("POST", "/v1/consume", b); };
+  env.audit_lease_ms = 10'000;
+  env.kill_phase = [&](run_outcome& o) { killer.kill_phase(aims, o, clock); };
+  env.final_kill = [&](run_outcome& o) { return killer.final_kill(cfg.step_topic(0), o); };
+  env.setup_error = [&] { return killer.setup_error; };
+  env.setup_failure = [&](const std::string& w) { return cluster_setup_failure(*lc, w); };
+  env.figure_lines = [&] {
+    auto lines = killer.figure_lines();
+    lines.push_back("topics (shard)              " + cfg.steps[0] + " (" +
+                    std::to_string(shard[0]) + "), " + cfg.steps[1] + " (" +
+                    std::to_string(shard[1]) + "), " + cfg.steps[2] + " (" +
+                    std::to_string(shard[2]) + ")");
+    return lines;
+  };
+  env.title = ", --cluster " + std::to_string(cfg.cluster);
+  const int status = run_pipeline_phases(cfg, s, env, clock);
+  if (status == 1) {
+    lc->keep_root();
+    std::cout << "crash_loop: data and logs kept in " << lc->root() << "\n";
+  }
+  return status;
+}
+
+int run_pipeline(const config& cfg) {
+  return cfg.cluster > 0 ? run_pipeline_cluster(cfg) : run_pipeline_single(cfg);
 }
 
 // ---- ordering per key (--ordering) --------------------------------------------
