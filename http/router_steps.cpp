@@ -131,8 +131,12 @@ void router::ack_steps(pending_ptr p, ack_request ar, shard& owner) {
   st->p = std::move(p);
   st->ar = std::move(ar);
   for (auto& [topic, cmd] : remote) {
+    // A cluster's replica may lag its leader (right after a restart it has
+    // not applied the topic's creation yet): there the check reads on the
+    // target shard's leader, and a node that does not lead it answers
+    // unavailable, which skips the check rather than refuse the ack.
     shards_.of(topic).query<void>(
-        false, [cmd = std::move(cmd)](broker& b) { return b.check_produce(cmd); },
+        cluster_ != nullptr, [cmd = std::move(cmd)](broker& b) { return b.check_produce(cmd); },
         [this, st, run_ack, owner = &owner](result<void> r) mutable {
           {
             std::lock_guard lock(st->mu);

@@ -9,5 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 bash clients/deps.sh
 bash scripts/build.sh
-ctest --test-dir build --output-on-failure
+# integration.crash_loop_cluster_pipeline_test (label cluster_pipeline) is left
+# out: docs/RELIABILITY.md, "Workflow-step pipelines under kill -9".
+ctest --test-dir build --output-on-failure -LE cluster_pipeline
 bash clients/test.sh build/cmd/onceqd
