@@ -750,6 +750,24 @@ struct run_outcome {
   std::vector<std::string> figure_lines;
 };
 
+// A run's exit status, said on stdout: 1 for violations, 2 when it is
+// incomplete (fewer kills than asked within --duration-limit, or too little
+// load to mean anything), else 0.
+int verdict(const config& cfg, const run_outcome& o, bool violated, bool loaded) {
+  if (violated) return 1;
+  if (o.kills < cfg.kills + 1) {
+    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
+              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
+    return 2;
+  }
+  if (!loaded) {
+    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
+    return 2;
+  }
+  std::cout << "crash_loop: OK\n";
+  return 0;
+}
+
 // Checks and prints; the exit status of the run.
 int report(const config& cfg, workload::result& w, run_outcome& o, double elapsed) {
   auto violations = check(w.h, o.keys);
@@ -791,18 +809,8 @@ int report(const config& cfg, workload::result& w, run_outcome& o, double elapse
     if (++shown > 20) break;
     std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
   }
-  if (!violations.empty()) return 1;
-  if (o.kills < cfg.kills + 1) {
-    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
-              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
-    return 2;
-  }
-  if (f.produces_answered == 0 || f.acks_ok == 0 || f.redeliveries == 0) {
-    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
-    return 2;
-  }
-  std::cout << "crash_loop: OK\n";
-  return 0;
+  return verdict(cfg, o, !violations.empty(),
+                 f.produces_answered > 0 && f.acks_ok > 0 && f.redeliveries > 0);
 }
 
 // Reads the final state of every key of an answered produce.
@@ -890,20 +898,26 @@ void kill_single(const config& cfg, server_process& server, shared_state& s, run
   o.kill_phase_s = clock.seconds();
 }
 
-int run_single(config cfg) {
-  for (int t = 0; t < cfg.topics; ++t) cfg.topic_names.push_back(topic_name(t));
-  const stopwatch clock;
+// The one onceqd of a single-node run (cfg's binary, data dir and
+// --shards); nullptr, having said why, if it did not start.
+std::unique_ptr<server_process> start_single(const config& cfg) {
   server_process::options opts;
   opts.onceqd_path = cfg.onceqd;
   opts.data_dir = cfg.data_dir;
   if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
-  std::unique_ptr<server_process> server;
   try {
-    server = std::make_unique<server_process>(opts);
+    return std::make_unique<server_process>(opts);
   } catch (const std::exception& e) {
     std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
-    return 3;
+    return nullptr;
   }
+}
+
+int run_single(config cfg) {
+  for (int t = 0; t < cfg.topics; ++t) cfg.topic_names.push_back(topic_name(t));
+  const stopwatch clock;
+  auto server = start_single(cfg);
+  if (!server) return 3;
   shared_state s(1);
   s.ports[0] = server->port();
   for (int t = 0; t < cfg.topics; ++t) {
@@ -1186,17 +1200,27 @@ class cluster_killer {
   std::vector<millis> restarts_;   // restart -> its /v1/cluster answers
 };
 
-int run_cluster(config cfg) {
-  const stopwatch clock;
+// The cluster of a run, every shard led; nullptr, having said why (and
+// kept its logs), if it is not.
+std::unique_ptr<local_cluster> led_cluster(const config& cfg) {
   std::string why;
   auto lc = start_cluster(cfg, why);
   if (!lc) {
     std::cerr << "crash_loop: " << why << "\n";
-    return 3;
+    return nullptr;
   }
   if (lc->wait_for_leader("", 30s).empty()) {
-    return cluster_setup_failure(*lc, "no leader for every shard within 30 s of the start");
+    cluster_setup_failure(*lc, "no leader for every shard within 30 s of the start");
+    return nullptr;
   }
+  return lc;
+}
+
+int run_cluster(config cfg) {
+  const stopwatch clock;
+  std::string why;
+  auto lc = led_cluster(cfg);
+  if (!lc) return 3;
   shared_state s(lc->size());
   share_nodes(*lc, s);
   cluster_asker ask(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
@@ -1927,18 +1951,8 @@ int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
       std::cout << "\n";
     }
   }
-  if (!violations.empty()) return 1;
-  if (o.kills < cfg.kills + 1) {
-    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
-              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
-    return 2;
-  }
-  if (h.answered.empty() || acks_ok == 0 || redeliveries == 0) {
-    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
-    return 2;
-  }
-  std::cout << "crash_loop: OK\n";
-  return 0;
+  return verdict(cfg, o, !violations.empty(),
+                 !h.answered.empty() && acks_ok > 0 && redeliveries > 0);
 }
 
 // One onceqd: create step1, step3, step2 (in that order: with --shards 2
@@ -1948,17 +1962,8 @@ int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
 // killer, drain, kill once more, audit.
 int run_pipeline_single(config cfg) {
   const stopwatch clock;
-  server_process::options opts;
-  opts.onceqd_path = cfg.onceqd;
-  opts.data_dir = cfg.data_dir;
-  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
-  std::unique_ptr<server_process> server;
-  try {
-    server = std::make_unique<server_process>(opts);
-  } catch (const std::exception& e) {
-    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
-    return 3;
-  }
+  auto server = start_single(cfg);
+  if (!server) return 3;
   shared_state s(1);
   s.ports[0] = server->port();
   for (int step : {0, 2, 1}) {
@@ -2046,14 +2051,8 @@ int run_pipeline_cluster(config cfg) {
   cfg.steps = {"step1", pick("step2", true), pick("step3", false)};
 
   std::string why;
-  auto lc = start_cluster(cfg, why);
-  if (!lc) {
-    std::cerr << "crash_loop: " << why << "\n";
-    return 3;
-  }
-  if (lc->wait_for_leader("", 30s).empty()) {
-    return cluster_setup_failure(*lc, "no leader for every shard within 30 s of the start");
-  }
+  auto lc = led_cluster(cfg);
+  if (!lc) return 3;
   shared_state s(lc->size());
   share_nodes(*lc, s);
   cluster_asker ask(s, cfg.seed ^ 0x9e3779b97f4a7c15ULL);
@@ -2542,17 +2541,8 @@ std::vector<violation> check_ordering(const order_history& h) {
 // a consume that must find nothing.
 int run_ordering(config cfg) {
   const stopwatch clock;
-  server_process::options opts;
-  opts.onceqd_path = cfg.onceqd;
-  opts.data_dir = cfg.data_dir;
-  if (cfg.shards > 0) opts.extra_args = {"--shards", std::to_string(cfg.shards)};
-  std::unique_ptr<server_process> server;
-  try {
-    server = std::make_unique<server_process>(opts);
-  } catch (const std::exception& e) {
-    std::cerr << "crash_loop: onceqd did not start: " << e.what() << "\n";
-    return 3;
-  }
+  auto server = start_single(cfg);
+  if (!server) return 3;
   shared_state s(1);
   s.ports[0] = server->port();
   {
@@ -2702,18 +2692,8 @@ int run_ordering(config cfg) {
     if (++shown > 30) break;
     std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
   }
-  if (!violations.empty()) return 1;
-  if (o.kills < cfg.kills + 1) {
-    std::cout << "crash_loop: INCOMPLETE: " << o.kills - 1 << " of " << cfg.kills
-              << " kills within --duration-limit " << cfg.duration_limit_s << " s\n";
-    return 2;
-  }
-  if (h.produces.empty() || acks_ok == 0 || redeliveries == 0) {
-    std::cout << "crash_loop: INCOMPLETE: too little load to mean anything\n";
-    return 2;
-  }
-  std::cout << "crash_loop: OK\n";
-  return 0;
+  return verdict(cfg, o, !violations.empty(),
+                 !h.produces.empty() && acks_ok > 0 && redeliveries > 0);
 }
 
 int run(const config& cfg) {
