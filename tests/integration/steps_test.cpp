@@ -206,6 +206,9 @@ TEST(steps_disk, a_full_target_shard_leaves_the_message_pending_until_it_heals) 
     ASSERT_EQ(res.status, 200u) << res.body;
     EXPECT_EQ(res.json()["produced"][0]["status"], "pending") << res.body;
     EXPECT_EQ(metric(c, "onceq_shard_outbox_depth{shard=\"0\"}"), 1);
+    // The oldest entry's age is shown while it waits (metric() is -1 when absent).
+    std::this_thread::sleep_for(1100ms);
+    EXPECT_GE(metric(c, "onceq_shard_outbox_age_seconds{shard=\"0\"}"), 1.0);
     // The key is committed: the ack stands.
     EXPECT_EQ(c.get("/v1/keys?topic=orders&group=g&key=order-1").json()["state"], "committed");
 
@@ -218,6 +221,7 @@ TEST(steps_disk, a_full_target_shard_leaves_the_message_pending_until_it_heals) 
       std::this_thread::sleep_for(100ms);
     }
     ASSERT_EQ(depth, 0) << "the outbox did not drain within 30 s of the disk growing";
+    EXPECT_EQ(metric(c, "onceq_shard_outbox_age_seconds{shard=\"0\"}"), 0);
     EXPECT_EQ(produced_in(c, "receipts"), before + 1);
     // The key's history now names where it went.
     auto h = c.get("/v1/keys/history?topic=orders&group=g&key=order-1");
