@@ -335,9 +335,17 @@ struct planner {
   meta_state w;
   std::vector<meta_command> out;
 
+  bool stuck = false;  // a rule proposed what apply_command refuses (a bug)
+
+  // A command the replicas would refuse is never proposed; plan() stops
+  // there rather than loop on a state that does not change.
   void emit(meta_command c) {
-    [[maybe_unused]] result<void> r = apply_command(w, c);
+    result<void> r = apply_command(w, c);
     assert(r.ok());
+    if (!r.ok()) {
+      stuck = true;
+      return;
+    }
     out.push_back(std::move(c));
   }
 
@@ -945,7 +953,7 @@ std::vector<meta_command> plan(const meta_state& s, const liveness& live, std::u
         }
         if (moved) break;
       }
-      if (!moved) break;
+      if (!moved || p.stuck) break;
     }
     const bool running = std::any_of(w.shards.begin(), w.shards.end(),
                                      [](const shard_entry& e) { return e.moving.has_value(); });
@@ -988,7 +996,7 @@ std::vector<meta_command> plan(const meta_state& s, const liveness& live, std::u
       chain = lead_chain(w, from);
       if (!chain.empty()) break;
     }
-    if (chain.empty()) break;
+    if (chain.empty() || p.stuck) break;
     for (const auto& [g, to] : chain) p.order(g, to);
   }
   return std::move(p.out);

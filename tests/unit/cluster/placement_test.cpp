@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -141,25 +143,33 @@ class placement_sim {
     std::size_t n = 0;
     for (std::size_t g = 0; g < s.shards.size(); ++g) {
       if (!s.shards[g].moving) continue;
-      const shard_move m = *s.shards[g].moving;
-      meta_command c;
-      c.shard = static_cast<std::uint32_t>(g);
-      c.version = s.shards[g].version;
-      if (m.from != 0) {
-        c.op = K::move_step;
-        c.step = move_state::removing;
-        apply(c);
-      }
-      c.op = K::move_done;
-      c.step = move_state::adding;  // not part of a move_done
-      for (raft_id r : s.shards[g].replicas) {
-        if (r != m.from) c.replicas.push_back(r);
-      }
-      c.replicas.push_back(m.to);
-      apply(c);
+      step_move(g);
+      if (s.shards[g].moving) step_move(g);
       ++n;
     }
     return n;
+  }
+
+  // One step of shard g's move, if it has one: adding -> removing (when a
+  // node leaves), else done.
+  void step_move(std::size_t g) {
+    if (!s.shards[g].moving) return;
+    const shard_move m = *s.shards[g].moving;
+    meta_command c;
+    c.shard = static_cast<std::uint32_t>(g);
+    c.version = s.shards[g].version;
+    if (m.from != 0 && m.state == move_state::adding) {
+      c.op = K::move_step;
+      c.step = move_state::removing;
+      apply(c);
+      return;
+    }
+    c.op = K::move_done;
+    for (raft_id r : s.shards[g].replicas) {
+      if (r != m.from) c.replicas.push_back(r);
+    }
+    c.replicas.push_back(m.to);
+    apply(c);
   }
 
   // Rounds (moves finishing after each) until plan proposes nothing and no
@@ -840,6 +850,88 @@ TEST(placement_plan, is_deterministic) {
   b.settle();
   EXPECT_EQ(a.all, b.all);
   EXPECT_EQ(a.s, b.s);
+}
+
+// Random clusters under random events (nodes stopping and starting,
+// drains, rebalances, moves progressing at random): every command plan()
+// proposes applies, the invariants hold after each, and once the events
+// stop and every node answers, the controller settles with nothing left.
+TEST(placement_plan, random_histories_converge) {
+  std::uint64_t started = 0, cancelled = 0, dead = 0, drained = 0;
+  for (std::uint32_t seed = 1; seed <= 150; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    auto pick = [&](std::size_t lo, std::size_t hi) {
+      return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+    };
+    placement_options opts;
+    opts.replicas = pick(1, 4);
+    opts.dead_after_ms = pick(0, 1) == 0 ? 0 : 20'000;
+    const std::size_t n = pick(2, 7);
+    placement_sim sim(n, pick(1, 12), opts);
+    for (std::size_t i = 0; i < n; ++i) sim.up[i] = pick(0, 3) != 0;
+    for (int t = 0; t < 300 && !HasFatalFailure(); ++t) {
+      switch (pick(0, 9)) {
+        case 0: {
+          const std::size_t i = pick(0, n - 1);
+          sim.up[i] = !sim.up[i];
+          break;
+        }
+        case 1:
+          if (pick(0, 3) == 0) {
+            const raft_id id = pick(1, n);
+            if (sim.s.nodes[id - 1].state != node_state::drained) sim.apply(drain_cmd(id));
+          }
+          break;
+        case 2:
+          sim.apply(simple(K::rebalance));
+          break;
+        default:
+          for (std::size_t g = 0; g < sim.s.shards.size(); ++g) {
+            if (pick(0, 2) == 0) sim.step_move(g);
+          }
+          break;
+      }
+      sim.round();
+      sim.advance(pick(0, 4'000));
+    }
+    if (HasFatalFailure()) return;
+    for (std::size_t i = 0; i < n; ++i) sim.up[i] = true;
+    sim.advance(opts.settle_ms);
+    sim.settle(400);
+    EXPECT_TRUE(plan(sim.s, sim.live, sim.now, opts).empty());
+    EXPECT_TRUE(sim.s.placed || sim.active().empty());
+    EXPECT_FALSE(sim.s.rebalance && !sim.active().empty());
+    const std::vector<raft_id> active = sim.active();
+    const std::size_t copies = std::min<std::size_t>(opts.replicas, active.size());
+    for (const shard_entry& e : sim.s.shards) {
+      EXPECT_FALSE(e.moving);
+      if (sim.s.placed) {
+        EXPECT_GE(e.replicas.size(), copies);
+      }
+    }
+    // An operator's rebalance then evens the active nodes out.
+    if (sim.s.placed && !active.empty()) {
+      sim.apply(simple(K::rebalance));
+      sim.settle(400);
+      EXPECT_FALSE(sim.s.rebalance);
+      EXPECT_LE(spread_of(active, [&](raft_id id) { return sim.s.load(id); }), 1u);
+    }
+    started += sim.s.moves_started;
+    cancelled += sim.s.moves_cancelled;
+    for (const meta_command& c : sim.all) {
+      if (c.op == K::move && c.reason == "dead") ++dead;
+    }
+    drained += with_state(sim.s, node_state::drained).size();
+  }
+  // The histories did exercise the rules.
+  std::printf("moves %llu, cancelled %llu, dead %llu, drained nodes %llu\n",
+              static_cast<unsigned long long>(started), static_cast<unsigned long long>(cancelled),
+              static_cast<unsigned long long>(dead), static_cast<unsigned long long>(drained));
+  EXPECT_GT(started, 100u);
+  EXPECT_GT(cancelled, 5u);
+  EXPECT_GT(dead, 5u);
+  EXPECT_GT(drained, 5u);
 }
 
 }  // namespace
