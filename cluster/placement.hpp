@@ -92,7 +92,8 @@ struct placement_options {
 
 // What the leader of the meta group knows of each node, on its own clock:
 // last_heard_ms[id - 1] is when it last heard from node id (0 = never
-// since this node became the meta leader), and since_ms is when it became
+// since this node became the meta leader; a node past the vector's end
+// counts as never heard), and leader_since_ms is when it became
 // the meta leader (a node is only declared down once the leader has
 // listened to it for down_after_ms itself).
 struct liveness {
@@ -104,14 +105,17 @@ struct liveness {
 // meta_machine applies (with the checks in meta.hpp).
 struct meta_command {
   enum class kind : std::uint8_t {
-    node = 0,          // nodes[node - 1].state = state (since_ms = at_ms); seen = true unless down
+    node = 0,          // nodes[node - 1].state = state (since_ms = at_ms); seen = true unless
+                       // down; active stored as draining once drain_requested
     place = 1,         // the initial placement: shards[g].replicas = placement[g], version 1
     move = 2,          // start a move of `shard` (from, to), at version `version`
-    move_step = 3,     // the move of `shard` at `version` reached `step` (removing)
+    move_step = 3,     // the move of `shard` at `version` reached `step` (removing: the only
+                       // step; adding -> removing)
     move_done = 4,     // the move of `shard` at `version` finished: replicas = `replicas`
     move_cancel = 5,   // the move of `shard` at `version` is dropped (only while adding)
     leader = 6,        // node `node` leads `shard` in term `term`
-    order = 7,         // shards[g].replicas reordered (same set): a new preferred leader
+    order = 7,         // shards[g].replicas reordered (same set): a new preferred leader;
+                       // `version` is the shard's when proposed, not checked
     drain = 8,         // an operator drains node `node`
     rebalance = 9,     // an operator asks for a rebalance (rebalance = true)
     rebalanced = 10,   // the controller found the spread within one (rebalance = false)
@@ -139,10 +143,11 @@ struct meta_command {
 //     nothing, or draining if drain_requested; an active or draining node
 //     not heard for down_after_ms (and the leader has listened that long)
 //     becomes down.
-//  2. Before the first placement: once every node is active, or once
-//     `replicas` nodes are active and settle_ms has passed since the
-//     leader's since_ms, one `place` spreading every shard over the active
-//     nodes (per-node counts within one; the preferred leaders too).
+//  2. Before the first placement: once every node is active (or drained:
+//     no node is down), or once `replicas` nodes are active and settle_ms
+//     has passed since live.leader_since_ms, one `place` spreading every
+//     shard over the active nodes, min(replicas, active nodes) copies each
+//     (per-node counts within one; the preferred leaders too).
 //  3. A draining node holding nothing, with no move to or from it, becomes
 //     drained.
 //  4. Moves, at most one per shard and at most one per node as a target at a
@@ -155,37 +160,63 @@ struct meta_command {
 //       one ("repair", from = 0);
 //     - a shard with a replica on a draining node ("drain");
 //     - while rebalance is pending: from the most loaded active node to the
-//       least loaded, while they differ by more than one ("rebalance");
-//       once no such move is left and none is running, `rebalanced`.
+//       least loaded, while they differ by more than one ("rebalance"),
+//       counting each node's load as it will be once the running moves
+//       finish; once no such move is left and no move of any kind is
+//       running, `rebalanced`.
+//     A shard whose move is cancelled gets no other move in the same plan.
+//     Targets (every kind): the least loaded active node not holding the
+//     shard and not the target of a running move, lowest raft id on ties;
+//     with none (3 nodes, 3 replicas, one draining or dead) the shard
+//     waits. `from` is the dead or draining node (the lowest id if two).
 //  5. Preferred leaders, for shards with no move running: an `order` for a
 //     shard whose first replica is not active (an active replica with the
 //     fewest preferred leaderships goes first); then, while the preferred
 //     leaderships of the active nodes differ by more than one, an `order`
 //     moving one from the node with the most to a replica of that shard with
-//     the fewest.
+//     the fewest (or, when the two share no shard, the shortest chain of
+//     such orders through other nodes, whose counts stay the same).
+// Ties go to the lowest raft id, then the lowest shard. Before the first
+// placement plan proposes node changes and `place` only. Every command
+// applies (apply_command) in order to s, and planning again on the result
+// proposes nothing until the clock, liveness or a move's progress changes.
 std::vector<meta_command> plan(const meta_state& s, const liveness& live, std::uint64_t now_ms,
                                const placement_options& opts);
 
 // Applies one command to s, or refuses it and changes nothing. Every
 // replica of the meta group applies the same commands in the same order,
 // so this is deterministic. Refusals (errc::failed_precondition, with the
-// reason): an unknown node or shard; place when already placed, or a
-// placement of the wrong shape (a replica list with duplicates, unknown
-// nodes, or not min(replicas, nodes) long... any non-empty list is
-// accepted as long as its nodes are known and distinct); move when the
-// shard has a move running, `version` is not the shard's, `from` is not a
-// replica (unless 0), `to` is a replica or 0, or from == to;
-// move_step / move_done / move_cancel when no move of that version is
-// running (move_done's replicas must be the old ones less `from` plus `to`;
-// move_cancel only while adding); leader with a term older than the one
-// recorded; order whose list is not a permutation of the replicas; drain
-// of a drained node. move_done bumps version and moves_finished; move bumps
-// moves_started; move_cancel moves_cancelled. A drain sets drain_requested
-// and, for an active node, draining.
+// reason): an unknown node or shard; node `drained` for a node that holds
+// replicas or is a move's target; place when already placed, or a
+// placement of the wrong shape (not one list per shard, an empty list, a
+// list with duplicates or unknown nodes: the options' replica count is not
+// part of the state, so any non-empty list of known, distinct nodes is
+// accepted); move, move_step, move_done, move_cancel and order before the
+// first placement; move when the shard has a move running, `version` is
+// not the shard's, `from` is not a replica (unless 0), `to` is a replica
+// or 0, or from == to; move_step / move_done / move_cancel when no move of
+// that version is running (move_done's replicas must be the old ones less
+// `from` plus `to`, in any order, and a move with a `from` must be
+// removing first; move_step only from adding to removing; move_cancel only
+// while adding); leader with a term older than the one recorded; order
+// whose list is not a permutation of the replicas; drain of a drained node
+// (a draining one is accepted: nothing changes). move_done bumps version
+// and moves_finished; move bumps moves_started; move_cancel
+// moves_cancelled. A drain sets drain_requested and, for an active node,
+// draining.
 result<void> apply_command(meta_state& s, const meta_command& c);
 
 // The meta group's entries and snapshots: JSON text (cold: a few entries
-// per move). decode refuses anything malformed with errc::invalid_argument.
+// per move). A command is {"op": "move", "shard": 0, "version": 1, "from":
+// 2, "to": 4, "at_ms": ..., "reason": "drain"}: "op" and the fields its
+// kind uses (node: node, state, at_ms; place: placement; move: shard,
+// version, from, to, at_ms, reason; move_step: shard, version, step;
+// move_done and order: shard, version, replicas; move_cancel: shard,
+// version, reason; leader: shard, node, term; drain: node); states by name.
+// decode refuses anything malformed with errc::invalid_argument (not JSON,
+// an unknown op or state, a missing, ill-typed or unknown field, a number
+// out of range; a snapshot whose replicas or move name unknown or repeated
+// nodes) and never throws.
 std::string encode(const meta_command& c);
 result<meta_command> decode_command(std::string_view text);
 std::string encode(const meta_state& s);
