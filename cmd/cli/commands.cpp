@@ -436,31 +436,112 @@ void stats(api_client& c, const std::string& topic, std::ostream& out) {
   table.print(out);
 }
 
+// ---- cluster ---------------------------------------------------------------
+
+namespace {
+
+// j[key] as text: a string as is, an integer in decimal; absent when j is
+// not an object or the field is missing, null or of another type (an older
+// or newer server's answer prints, it does not throw).
+std::string text_of(const json& j, const char* key, std::string_view absent = "-") {
+  if (!j.is_object()) return std::string(absent);
+  const auto it = j.find(key);
+  if (it == j.end()) return std::string(absent);
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number_integer()) return std::to_string(it->get<std::int64_t>());
+  return std::string(absent);
+}
+
+// ["n2","n3","n5"] -> "n2,n3,n5" (order kept); "-" when missing or empty.
+std::string joined(const json& j, const char* key) {
+  std::string out;
+  if (j.is_object() && j.contains(key) && j[key].is_array()) {
+    for (const auto& x : j[key]) {
+      if (!x.is_string()) continue;
+      if (!out.empty()) out += ",";
+      out += x.get<std::string>();
+    }
+  }
+  return out.empty() ? "-" : out;
+}
+
+// A shard's running move: "n1 -> n5 adding (drain)", "(none) -> n5 adding
+// (repair)" for a copy added without one leaving; "-" when none runs.
+std::string move_of(const json& shard) {
+  if (!shard.contains("moving") || !shard["moving"].is_object()) return "-";
+  const json& m = shard["moving"];
+  std::string s = fmt::format("{} -> {} {}", text_of(m, "from", "(none)"), text_of(m, "to", "?"),
+                              text_of(m, "state", "?"));
+  if (const std::string why = text_of(m, "reason", ""); !why.empty()) s += " (" + why + ")";
+  return s;
+}
+
+// "meta leader n1 (term 2), placed, 3 replicas per shard, not rebalancing;
+// moves: 3 started, 2 finished, 0 cancelled".
+std::string meta_line(const json& m) {
+  const std::string leader = text_of(m, "leader", "");
+  std::string s = fmt::format("meta leader {} (term {})", leader.empty() ? "(none)" : leader,
+                              counter(m, "term"));
+  s += m.value("placed", false) ? ", placed" : ", not placed yet";
+  s += fmt::format(", {} replicas per shard", counter(m, "replicas"));
+  s += m.value("rebalancing", false) ? ", rebalancing" : ", not rebalancing";
+  s += fmt::format("; moves: {} started, {} finished, {} cancelled", counter(m, "moves_started"),
+                   counter(m, "moves_finished"), counter(m, "moves_cancelled"));
+  return s;
+}
+
+}  // namespace
+
 void cluster_status(api_client& c, std::ostream& out) {
   const json st = c.call("GET", "/v1/cluster");
   out << "node " << st.value("node", "") << "\n\n";
+  const json node_list = st.value("nodes", json::array());
+  const json shard_list = st.value("shards", json::array());
   text_table nodes({"NODE", "HTTP", "RAFT", "REACHABLE"});
-  for (const auto& n : st.value("nodes", json::array())) {
+  for (const auto& n : node_list) {
     nodes.add({n.value("id", ""), n.value("http", ""), n.value("raft", ""),
                n.value("reachable", false) ? "yes" : "no"});
   }
   nodes.print(out);
   out << "\n";
   text_table shards({"SHARD", "LEADER", "TERM", "COMMIT", "APPLIED", "TOPICS", "FAILURE"});
-  for (const auto& s : st.value("shards", json::array())) {
-    std::string topics;
-    for (const auto& t : s.value("topics", json::array())) {
-      if (!topics.empty()) topics += ",";
-      topics += t.get<std::string>();
-    }
+  for (const auto& s : shard_list) {
     const std::string leader = s.value("leader", "");
     shards.add({std::to_string(s.value("shard", 0)), leader.empty() ? "(none)" : leader,
                 std::to_string(s.value("term", std::uint64_t{0})),
                 std::to_string(s.value("commit_index", std::uint64_t{0})),
-                std::to_string(s.value("applied_index", std::uint64_t{0})),
-                topics.empty() ? "-" : topics, s.value("failure", "-")});
+                std::to_string(s.value("applied_index", std::uint64_t{0})), joined(s, "topics"),
+                s.value("failure", "-")});
   }
   shards.print(out);
+
+  // Placement, from a server that places shards (an older one sends no
+  // "meta" and its answer ends here). The tables above keep their columns,
+  // so that scripts reading them go on working.
+  if (!st.contains("meta") || !st["meta"].is_object()) return;
+  out << "\n" << meta_line(st["meta"]) << "\n\n";
+  text_table placed_nodes({"NODE", "STATE", "REPLICAS", "LEADS"});
+  for (const auto& n : node_list) {
+    placed_nodes.add(
+        {text_of(n, "id"), text_of(n, "state"), counter(n, "replicas"), counter(n, "leads")});
+  }
+  placed_nodes.print(out);
+  out << "\n";
+  text_table placed_shards({"SHARD", "REPLICAS", "MOVE"});
+  for (const auto& s : shard_list) {
+    placed_shards.add({text_of(s, "shard"), joined(s, "replicas"), move_of(s)});
+  }
+  placed_shards.print(out);
+}
+
+void cluster_drain(api_client& c, const std::string& node, std::ostream& out) {
+  const json r = c.call("POST", "/v1/cluster/nodes/" + url_encode(node) + "/drain");
+  out << fmt::format("node {}: {}\n", text_of(r, "node", node), text_of(r, "state", "draining"));
+}
+
+void cluster_rebalance(api_client& c, std::ostream& out) {
+  const json r = c.call("POST", "/v1/cluster/rebalance");
+  out << text_of(r, "status", "rebalancing") << '\n';
 }
 
 }  // namespace onceq::cli

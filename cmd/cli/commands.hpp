@@ -122,7 +122,20 @@ std::int64_t epoch_ms_of(const std::string& text, const char* flag);
 void stats(api_client& c, const std::string& topic, std::ostream& out);
 
 // GET /v1/cluster as two tables: the nodes, then the shards with their
-// leader, term, commit and applied index and topics.
+// leader, term, commit and applied index and topics. From a server that
+// places shards (its answer has "meta"), then the placement: a line on the
+// meta group and its moves, each node's state, replicas and shard
+// leaderships, and each shard's replicas (preferred leader first) and
+// running move. Fields an older server lacks print as "-".
 void cluster_status(api_client& c, std::ostream& out);
+
+// POST /v1/cluster/nodes/{node}/drain: "node n3: draining". The server
+// answers 404 for an unknown node (or on a single node), 409 when it
+// refuses (the node is drained already), 503 while the meta group has no
+// leader (retried like any 503).
+void cluster_drain(api_client& c, const std::string& node, std::ostream& out);
+
+// POST /v1/cluster/rebalance: "rebalancing".
+void cluster_rebalance(api_client& c, std::ostream& out);
 
 }  // namespace onceq::cli

@@ -249,8 +249,17 @@ int main(int argc, char** argv) {
   auto* cluster_cmd = app.add_subcommand("cluster", "a cluster's nodes and shards");
   cluster_cmd->require_subcommand(1);
   auto* c_status = cluster_cmd->add_subcommand(
-      "status", "the nodes and, per shard, its leader, term and indexes (a table)");
+      "status",
+      "the nodes and, per shard, its leader, term and indexes, then the placement (tables)");
   c_status->callback([&] { run = [&](api_client& c) { cluster_status(c, std::cout); }; });
+  std::string drain_node;
+  auto* c_drain = cluster_cmd->add_subcommand(
+      "drain", "move every replica and leadership off NODE, which then gets none");
+  c_drain->add_option("node", drain_node, "node id, as in the cluster file")->required();
+  c_drain->callback([&] { run = [&](api_client& c) { cluster_drain(c, drain_node, std::cout); }; });
+  auto* c_rebalance = cluster_cmd->add_subcommand(
+      "rebalance", "move replicas until the active nodes hold as many each, give or take one");
+  c_rebalance->callback([&] { run = [&](api_client& c) { cluster_rebalance(c, std::cout); }; });
 
   // stats
   std::string stats_topic;

@@ -6,6 +6,8 @@
 // GET /v1/cluster
 // (rates, produced, produce duplicates, oldest unacked age: optional, the
 // page degrades without it), GET /v1/keys and GET /v1/keys/history (optional).
+// Writes, only on a click: POST /v1/replay (replay.js), and in a cluster
+// POST /v1/cluster/nodes/{id}/drain and POST /v1/cluster/rebalance.
 // The bearer token lives in sessionStorage (this tab only), never in a URL.
 'use strict';
 
@@ -59,12 +61,13 @@
         body = null;
       }
     }
-    return {status: res.status, ok: res.ok, body, text};
+    return {status: res.status, ok: res.ok, body, text, retryAfter: res.headers.get('Retry-After')};
   }
 
   function describeError(res) {
-    if (res.body && res.body.error) return res.body.error + ': ' + (res.body.message || '');
-    return 'HTTP ' + res.status;
+    const again = res.retryAfter ? ' (retry after ' + res.retryAfter + ' s)' : '';
+    if (res.body && res.body.error) return res.body.error + ': ' + (res.body.message || '') + again;
+    return 'HTTP ' + res.status + again;
   }
 
   // Prometheus text -> [{name, labels, value}].
@@ -366,6 +369,99 @@
       el('td', {class: 'num'}, fmtCount(s.term)), el('td', {class: 'num'}, fmtCount(s.commit_index)),
       el('td', {class: 'num'}, fmtCount(s.applied_index)),
       el('td', {}, (s.topics || []).join(', ') + (s.failure ? ' · failed: ' + s.failure : '')))));
+    renderPlacement(c);
+  }
+
+  // ---- cluster placement --------------------------------------------------
+
+  let clusterBusy = false;  // a drain or rebalance is on its way
+
+  // "n1 → n5 adding (drain)"; a copy added with none leaving has from null.
+  function fmtMove(m) {
+    if (!m) return '–';
+    return (m.from || '(none)') + ' → ' + (m.to || '?') + ' ' + (m.state || '') +
+      (m.reason ? ' (' + m.reason + ')' : '');
+  }
+
+  function fmtMeta(m) {
+    const parts = ['meta leader ' + (m.leader || '(none)') + ' (term ' + fmtCount(m.term) + ')',
+      m.placed ? 'placed' : 'not placed yet'];
+    if (m.replicas !== undefined) parts.push(fmtCount(m.replicas) + ' replicas per shard');
+    if (m.rebalancing) parts.push('rebalancing');
+    parts.push('moves: ' + fmtCount(m.moves_started) + ' started, ' + fmtCount(m.moves_finished) +
+      ' finished, ' + fmtCount(m.moves_cancelled) + ' cancelled');
+    return parts.join(' · ');
+  }
+
+  // The placement part of the card, from a server that places shards (its
+  // GET /v1/cluster has "meta"; an older one's answer hides it). Fields it
+  // lacks show as "–".
+  function renderPlacement(c) {
+    const box = $('cluster-placement');
+    if (!c.meta) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    $('cluster-meta').textContent = fmtMeta(c.meta);
+    const rebalance = $('cluster-rebalance');
+    rebalance.disabled = clusterBusy || !!c.meta.rebalancing;
+    $('cluster-placement-nodes-body').replaceChildren(...(c.nodes || []).map((n) => {
+      // draining: asked already; drained: nothing left to move.
+      const done = n.state === 'draining' || n.state === 'drained';
+      return el('tr', {'data-node': n.id},
+        el('td', {'data-col': 'node'}, n.id),
+        el('td', {'data-col': 'state', class: n.state === 'active' || !n.state ? '' : 'warn'},
+          n.state || '–'),
+        el('td', {'data-col': 'replicas', class: 'num'}, fmtCount(n.replicas)),
+        el('td', {'data-col': 'leads', class: 'num'}, fmtCount(n.leads)),
+        el('td', {'data-col': 'drain'},
+          el('button', {type: 'button', class: 'drain', 'data-node': n.id,
+                        disabled: clusterBusy || done ? '' : undefined,
+                        title: done ? n.id + ' is ' + n.state : 'drain ' + n.id}, 'Drain')));
+    }));
+    $('cluster-placement-shards-body').replaceChildren(...(c.shards || []).map((s) => el('tr', {},
+      el('td', {'data-col': 'shard'}, String(s.shard)),
+      el('td', {'data-col': 'replicas',
+                title: s.config_version !== undefined ? 'configuration version ' + s.config_version : undefined},
+        s.replicas && s.replicas.length ? s.replicas.join(', ') : '–'),
+      el('td', {'data-col': 'move', class: s.moving ? 'warn' : ''}, fmtMove(s.moving)))));
+  }
+
+  // POST path and show its answer (or error) in the card.
+  async function clusterAction(path, done) {
+    const out = $('cluster-result');
+    clusterBusy = true;
+    $('cluster-rebalance').disabled = true;
+    for (const b of document.querySelectorAll('button.drain')) b.disabled = true;
+    out.replaceChildren(el('p', {class: 'muted'}, 'POST ' + path + '…'));
+    try {
+      const res = await api(path, {});
+      out.replaceChildren(res.ok
+        ? el('p', {'data-field': 'cluster-answer'}, done(res.body || {}))
+        : el('p', {class: 'error', 'data-field': 'cluster-error'}, 'POST ' + path + ': ' + describeError(res)));
+    } catch (e) {
+      out.replaceChildren(el('p', {class: 'error', 'data-field': 'cluster-error'},
+        'cannot reach onceqd: ' + e.message));
+    } finally {
+      clusterBusy = false;
+    }
+    refresh();
+  }
+
+  function setupCluster() {
+    $('cluster-placement-nodes-body').addEventListener('click', (ev) => {
+      const b = ev.target.closest('button.drain');
+      if (!b || b.disabled) return;
+      const node = b.getAttribute('data-node');
+      if (!confirm('Drain node ' + node + '? Its replicas and shard leaderships move to the ' +
+                   'other nodes, and it gets no new ones.')) return;
+      clusterAction('/v1/cluster/nodes/' + encodeURIComponent(node) + '/drain',
+        (a) => 'node ' + (a.node || node) + ': ' + (a.state || 'draining'));
+    });
+    $('cluster-rebalance').addEventListener('click', () => {
+      clusterAction('/v1/cluster/rebalance', (a) => a.status || 'rebalancing');
+    });
   }
 
   async function showVersion() {
@@ -531,6 +627,7 @@
 
   setupToken();
   setupKeyForm();
+  setupCluster();
   // replay.js, loaded first: the replay dialog, given what it uses of ours.
   window.onceqSetupReplay({$, el, api, describeError, fmtCount});
   showVersion();
