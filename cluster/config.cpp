@@ -98,10 +98,26 @@ result<cluster_config> cluster_config::parse(std::string_view toml_text, std::st
     return make_error(errc::invalid_argument,
                       fmt::format("{}:{}:{}: {}", source, at.line, at.column, e.description()));
   }
+  std::size_t replicas = k_default_replicas;
+  std::uint64_t dead_after_ms = k_default_dead_after_ms;
   for (const auto& [k, v] : tbl) {
-    if (k.str() != "node") {
-      return bad(source,
-                 fmt::format("{}: unknown key (a cluster file holds [[node]] tables)", k.str()));
+    if (k.str() == "replicas") {
+      const auto n = v.value<std::int64_t>();
+      if (!v.is_integer() || !n || *n < 1 || *n > static_cast<std::int64_t>(k_max_replicas)) {
+        return bad(source,
+                   fmt::format("replicas: expected an integer from 1 to {}", k_max_replicas));
+      }
+      replicas = static_cast<std::size_t>(*n);
+    } else if (k.str() == "dead_after_ms") {
+      const auto n = v.value<std::int64_t>();
+      if (!v.is_integer() || !n || *n < 0) {
+        return bad(source, "dead_after_ms: expected an integer >= 0 (0: never)");
+      }
+      dead_after_ms = static_cast<std::uint64_t>(*n);
+    } else if (k.str() != "node") {
+      return bad(source, fmt::format("{}: unknown key (a cluster file holds replicas, "
+                                     "dead_after_ms and [[node]] tables)",
+                                     k.str()));
     }
   }
   const toml::array* arr = tbl["node"].as_array();
@@ -114,6 +130,8 @@ result<cluster_config> cluster_config::parse(std::string_view toml_text, std::st
   }
 
   cluster_config c;
+  c.replicas_ = replicas;
+  c.dead_after_ms_ = dead_after_ms;
   for (std::size_t i = 0; i < arr->size(); ++i) {
     const toml::table& t = *(*arr)[i].as_table();
     const std::string where = fmt::format("{}: node {}", source, i + 1);

@@ -3,6 +3,9 @@
 // The cluster file: which nodes exist, where each one serves its API and
 // where it speaks Raft. One TOML file, the same on every node:
 //
+//   replicas = 3              # optional: nodes holding each shard (default 3)
+//   dead_after_ms = 600000    # optional: a node down this long loses its replicas
+//
 //   [[node]]
 //   id = "n1"
 //   http = "127.0.0.1:8081"   # the node's API listener
@@ -22,6 +25,7 @@
 // Thread safety: a cluster_config is a value; const members may be called
 // from any thread.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,8 +40,15 @@ using raft_id = std::uint64_t;
 
 // Longest node id; ids match [A-Za-z0-9_.-]+.
 inline constexpr std::size_t k_max_node_id = 64;
-// Largest cluster: a Raft group of more than 7 voters only slows commits.
-inline constexpr std::size_t k_max_nodes = 7;
+// Largest cluster file. A shard's group has `replicas` voters (at most
+// k_max_replicas: more only slow commits), the meta group 3 or 5.
+inline constexpr std::size_t k_max_nodes = 16;
+inline constexpr std::size_t k_max_replicas = 7;
+// The cluster file's top-level keys: replicas (nodes holding each shard)
+// and dead_after_ms (how long a node may be down before its replicas are
+// placed on other nodes; 0: never).
+inline constexpr std::size_t k_default_replicas = 3;
+inline constexpr std::uint64_t k_default_dead_after_ms = 600'000;
 
 struct node_config {
   std::string id;           // "n1"
@@ -61,6 +72,13 @@ class cluster_config {
   // be read).
   static result<cluster_config> load(const std::string& path, std::string_view self_id);
 
+  // Copies of each shard as written (replicas_of() caps it at the nodes).
+  std::size_t replicas() const noexcept { return replicas_; }
+  // How many nodes hold each shard: min(replicas, nodes).
+  std::size_t replicas_of() const noexcept { return std::min(replicas_, nodes_.size()); }
+  // Whether every node holds every shard (the placement is the file).
+  bool full_replication() const noexcept { return replicas_ >= nodes_.size(); }
+  std::uint64_t dead_after_ms() const noexcept { return dead_after_ms_; }
   // Every node, in file order.
   const std::vector<node_config>& nodes() const noexcept { return nodes_; }
   const node_config& self() const noexcept { return nodes_[self_]; }
@@ -86,6 +104,8 @@ class cluster_config {
  private:
   std::vector<node_config> nodes_;
   std::size_t self_ = 0;
+  std::size_t replicas_ = k_default_replicas;
+  std::uint64_t dead_after_ms_ = k_default_dead_after_ms;
 };
 
 }  // namespace onceq::cluster

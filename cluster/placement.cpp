@@ -571,13 +571,19 @@ result<meta_command> command_from(const json& j) {
     }
     case K::move_done:
     case K::order: {
-      ONCEQ_TRY(g.only({"op", "shard", "version", "replicas"}));
+      ONCEQ_TRY(g.only({"op", "shard", "version", "replicas", "at_ms"}));
       ONCEQ_FIELD(shard, g.u64("shard", std::numeric_limits<std::uint32_t>::max()));
       ONCEQ_FIELD(version, g.u64("version"));
       ONCEQ_FIELD(replicas, g.ids("replicas"));
       c.shard = static_cast<std::uint32_t>(shard);
       c.version = version;
       c.replicas = std::move(replicas);
+      if (c.op == K::move_done && j.contains("at_ms")) {  // optional: when it finished
+        ONCEQ_FIELD(at, g.u64("at_ms"));
+        c.at_ms = at;
+      } else if (j.contains("at_ms")) {
+        return malformed("command order: at_ms: unknown field");
+      }
       break;
     }
     case K::move_cancel: {
@@ -661,7 +667,7 @@ result<shard_entry> shard_from(const json& j, std::size_t g) {
 result<meta_state> state_from(const json& j) {
   fields f(j, "state");
   ONCEQ_TRY(f.only({"nodes", "shards", "placed", "rebalance", "moves_started", "moves_finished",
-                    "moves_cancelled"}));
+                    "moves_cancelled", "move_ms_total", "last_move_ms"}));
   meta_state s;
   ONCEQ_FIELD(nodes, f.get("nodes"));
   ONCEQ_FIELD(shards, f.get("shards"));
@@ -685,6 +691,14 @@ result<meta_state> state_from(const json& j) {
   s.moves_started = started;
   s.moves_finished = finished;
   s.moves_cancelled = cancelled;
+  if (j.contains("move_ms_total")) {
+    ONCEQ_FIELD(total, f.u64("move_ms_total"));
+    s.move_ms_total = total;
+  }
+  if (j.contains("last_move_ms")) {
+    ONCEQ_FIELD(last, f.u64("last_move_ms"));
+    s.last_move_ms = last;
+  }
 
   // What apply_command keeps true: known, distinct replicas; a move only
   // between known nodes of a placed shard.
@@ -793,6 +807,10 @@ result<void> apply_command(meta_state& s, const meta_command& c) {
       break;
     case K::move_done: {
       shard_entry& e = s.shards[c.shard];
+      if (c.at_ms >= e.moving->started_ms && e.moving->started_ms != 0 && c.at_ms != 0) {
+        s.last_move_ms = c.at_ms - e.moving->started_ms;
+        s.move_ms_total += s.last_move_ms;
+      }
       e.replicas = c.replicas;
       ++e.version;
       e.moving.reset();
@@ -1029,6 +1047,8 @@ std::string encode(const meta_command& c) {
       j["step"] = std::string(to_string(c.step));
       break;
     case K::move_done:
+      if (c.at_ms != 0) j["at_ms"] = c.at_ms;
+      [[fallthrough]];
     case K::order:
       j["shard"] = c.shard;
       j["version"] = c.version;
@@ -1094,7 +1114,9 @@ std::string encode(const meta_state& s) {
             {"rebalance", s.rebalance},
             {"moves_started", s.moves_started},
             {"moves_finished", s.moves_finished},
-            {"moves_cancelled", s.moves_cancelled}};
+            {"moves_cancelled", s.moves_cancelled},
+            {"move_ms_total", s.move_ms_total},
+            {"last_move_ms", s.last_move_ms}};
   return dump(j);
 }
 

@@ -70,6 +70,9 @@ struct meta_state {
   bool placed = false;              // the initial placement is committed
   bool rebalance = false;           // an operator's rebalance is pending
   std::uint64_t moves_started = 0, moves_finished = 0, moves_cancelled = 0;
+  // The time finished moves took (move_done's at_ms - the move's
+  // started_ms, proposers' clocks): in all, and the last one.
+  std::uint64_t move_ms_total = 0, last_move_ms = 0;
   bool operator==(const meta_state&) const = default;
 
   // A state for n nodes and `shards` shards: every node down and unseen,
@@ -82,8 +85,8 @@ struct meta_state {
 };
 
 struct placement_options {
-  std::size_t replicas = 3;             // copies per shard (capped at the node count)
-  std::uint64_t down_after_ms = 5'000;  // not heard for this long: down
+  std::size_t replicas = 3;               // copies per shard (capped at the node count)
+  std::uint64_t down_after_ms = 5'000;    // not heard for this long: down
   std::uint64_t dead_after_ms = 600'000;  // down this long: its replicas go elsewhere; 0: never
   // The first placement waits for every node of the file, or for this long
   // after enough nodes (`replicas`) are active.
@@ -105,20 +108,20 @@ struct liveness {
 // meta_machine applies (with the checks in meta.hpp).
 struct meta_command {
   enum class kind : std::uint8_t {
-    node = 0,          // nodes[node - 1].state = state (since_ms = at_ms); seen = true unless
-                       // down; active stored as draining once drain_requested
-    place = 1,         // the initial placement: shards[g].replicas = placement[g], version 1
-    move = 2,          // start a move of `shard` (from, to), at version `version`
-    move_step = 3,     // the move of `shard` at `version` reached `step` (removing: the only
-                       // step; adding -> removing)
-    move_done = 4,     // the move of `shard` at `version` finished: replicas = `replicas`
-    move_cancel = 5,   // the move of `shard` at `version` is dropped (only while adding)
-    leader = 6,        // node `node` leads `shard` in term `term`
-    order = 7,         // shards[g].replicas reordered (same set): a new preferred leader;
-                       // `version` is the shard's when proposed, not checked
-    drain = 8,         // an operator drains node `node`
-    rebalance = 9,     // an operator asks for a rebalance (rebalance = true)
-    rebalanced = 10,   // the controller found the spread within one (rebalance = false)
+    node = 0,         // nodes[node - 1].state = state (since_ms = at_ms); seen = true unless
+                      // down; active stored as draining once drain_requested
+    place = 1,        // the initial placement: shards[g].replicas = placement[g], version 1
+    move = 2,         // start a move of `shard` (from, to), at version `version`
+    move_step = 3,    // the move of `shard` at `version` reached `step` (removing: the only
+                      // step; adding -> removing)
+    move_done = 4,    // the move of `shard` at `version` finished: replicas = `replicas`
+    move_cancel = 5,  // the move of `shard` at `version` is dropped (only while adding)
+    leader = 6,       // node `node` leads `shard` in term `term`
+    order = 7,        // shards[g].replicas reordered (same set): a new preferred leader;
+                      // `version` is the shard's when proposed, not checked
+    drain = 8,        // an operator drains node `node`
+    rebalance = 9,    // an operator asks for a rebalance (rebalance = true)
+    rebalanced = 10,  // the controller found the spread within one (rebalance = false)
   };
   kind op = kind::node;
   raft_id node = 0;

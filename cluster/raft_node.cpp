@@ -81,6 +81,7 @@ result<void> raft_node::impl::init() {
   uv_check_start(&check_, &impl::on_check);
   check_ready_ = true;
   for (auto& g : groups_) {
+    if (!opts_.specs.empty() && !opts_.specs[g->index].open) continue;
     if (auto r = init_group(*g); !r.ok()) {
       shutdown_inline();
       return std::move(r).err();
@@ -135,11 +136,14 @@ result<group_status> raft_node::impl::status(unsigned g) const {
   s.proposals = p.proposals;
   s.apply_calls = p.apply_calls;
   s.snapshots_restored = p.restores;
+  s.snapshot_bytes_restored = p.restored_bytes;
   s.terms_seen = p.terms_seen;
   for (::raft_id id : p.heard) {
     if (const node_config* n = cfg_.node_of(id)) s.heard.push_back(n->id);
   }
   s.failure = std::move(p.failure);
+  s.open = p.open;
+  s.members = std::move(p.members);
   return s;
 }
 
@@ -192,19 +196,30 @@ result<void> raft_node::impl::init_group(group& g) {
   raft_set_snapshot_trailing(&g.r, opts_.snapshot_trailing);
   raft_set_pre_vote(&g.r, opts_.pre_vote);
 
+  raft_set_max_catch_up_rounds(&g.r, opts_.max_catch_up_rounds);
+  raft_set_max_catch_up_round_duration(&g.r, opts_.max_catch_up_round_ms);
+
   struct raft_configuration conf;
   raft_configuration_init(&conf);
-  for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
-    const std::string addr = cfg_.raft_address(cfg_.nodes()[i], g.index);
-    rv = raft_configuration_add(&conf, static_cast<::raft_id>(i + 1), addr.c_str(), RAFT_VOTER);
+  for (const member& m : g.bootstrap) {
+    const node_config* n = cfg_.node_of(m.id);
+    if (n == nullptr) {
+      raft_configuration_close(&conf);
+      return make_error(
+          errc::invalid_argument,
+          fmt::format("group {}: raft id {} is not in the cluster file", g.index, m.id));
+    }
+    const std::string addr = cfg_.raft_address(*n, g.index);
+    rv = raft_configuration_add(&conf, m.id, addr.c_str(), role_of(m.role));
     if (rv != 0) {
       raft_configuration_close(&conf);
       return raft_error("raft_configuration_add", rv, nullptr);
     }
   }
   // Only a pristine directory takes the configuration; on a restart the
-  // log already holds it and raft answers RAFT_CANTBOOTSTRAP.
-  rv = raft_bootstrap(&g.r, &conf);
+  // log already holds it and raft answers RAFT_CANTBOOTSTRAP. Without one
+  // the node waits for a leader that adds it.
+  rv = conf.n == 0 ? RAFT_CANTBOOTSTRAP : raft_bootstrap(&g.r, &conf);
   raft_configuration_close(&conf);
   if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) return raft_error("raft_bootstrap", rv, g.r.errmsg);
   rv = raft_start(&g.r);
@@ -226,7 +241,8 @@ void raft_node::impl::begin_close() {
   closing_all_ = true;
   for (auto& g : groups_) {
     g->closing = true;
-    if (g->raft_ready) {
+    if (g->closing_one && !g->closed) continue;  // close_group's raft_close is under way
+    if (g->raft_ready && !g->closed) {
       raft_close(&g->r, &impl::on_raft_closed);
     } else {
       g->closed = true;
@@ -247,6 +263,9 @@ void raft_node::impl::finalize() {
   finalized_ = true;
   for (auto& g : groups_) {
     release_all(*g);
+    for (auto& cb : g->close_cbs)
+      deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+    g->close_cbs.clear();
     if (g->io_ready) raft_uv_close(&g->io);
     if (g->transport_ready) g->transport.release();
     g->io_ready = g->transport_ready = false;
@@ -263,6 +282,155 @@ void raft_node::impl::on_raft_closed(struct raft* r) {
   auto* g = static_cast<group*>(r->data);
   g->closed = true;
   g->node->release_all(*g);
+  if (!g->node->closing_all_) {
+    // close_group: raft_uv is released on the next turn of the loop, once
+    // raft has returned from this callback.
+    impl* node = g->node;
+    (void)node->post([node, g] { node->finish_close(*g); });
+  }
+}
+
+void raft_node::impl::finish_close(group& g) {
+  if (closing_all_ || !g.closed) return;  // stop() releases it
+  if (g.io_ready) raft_uv_close(&g.io);
+  if (g.transport_ready) g.transport.release();
+  g.io_ready = g.transport_ready = g.raft_ready = false;
+  g.closing = g.closed = g.closing_one = false;
+  g.barrier_term = g.ready_term = 0;
+  g.failure.clear();
+  g.r = {};
+  g.io = {};
+  g.fsm = {};
+  g.raw_append = nullptr;
+  {
+    std::lock_guard lock(status_mu_);
+    published_[g.index] = published{};
+  }
+  std::string why;
+  if (g.wipe) {
+    std::error_code ec;
+    std::filesystem::remove_all(g.dir, ec);
+    if (ec) why = fmt::format("{}: {}", g.dir, ec.message());
+  }
+  g.wipe = false;
+  auto cbs = std::move(g.close_cbs);
+  g.close_cbs.clear();
+  for (auto& cb : cbs) deliver(cb, why.empty() ? op_result{} : fail(raft_errc::failed, why));
+}
+
+result<void> raft_node::impl::open_group(unsigned g, std::vector<member> bootstrap, op_cb cb) {
+  if (g >= groups_.size()) return no_group(g);
+  group* gp = groups_[g].get();
+  return post([this, gp, bootstrap = std::move(bootstrap), cb = std::move(cb)]() mutable {
+    group& grp = *gp;
+    if (closing_all_)
+      return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+    if (grp.raft_ready && !grp.closing) return deliver(cb, op_result{});
+    if (grp.closing) {
+      return deliver(cb, fail(raft_errc::failed, fmt::format("group {} is closing", grp.index)));
+    }
+    grp.bootstrap = std::move(bootstrap);
+    if (auto r = init_group(grp); !r.ok()) {
+      // Undo what was set up: the group stays dormant.
+      if (grp.raft_ready) {
+        grp.closing = grp.closing_one = true;
+        grp.close_cbs.push_back([cb = std::move(cb), why = r.err().message](op_result) mutable {
+          deliver(cb, fail(raft_errc::failed, why));
+        });
+        raft_close(&grp.r, &impl::on_raft_closed);
+        return;
+      }
+      if (grp.io_ready) raft_uv_close(&grp.io);
+      if (grp.transport_ready) grp.transport.release();
+      grp.io_ready = grp.transport_ready = false;
+      grp.io = {};
+      return deliver(cb, fail(raft_errc::failed, r.err().message));
+    }
+    log(log_level::info, k_log, "group opened", {log_number("group", grp.index)});
+    deliver(cb, op_result{});
+  });
+}
+
+result<void> raft_node::impl::close_group(unsigned g, bool wipe, op_cb cb) {
+  if (g >= groups_.size()) return no_group(g);
+  group* gp = groups_[g].get();
+  return post([this, gp, wipe, cb = std::move(cb)]() mutable {
+    group& grp = *gp;
+    if (closing_all_)
+      return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+    grp.wipe = grp.wipe || wipe;
+    grp.close_cbs.push_back(std::move(cb));
+    if (grp.closing) return;  // the close under way answers it too
+    if (!grp.raft_ready) {
+      grp.closed = true;
+      return finish_close(grp);
+    }
+    grp.closing = grp.closing_one = true;
+    log(log_level::info, k_log, "group closing", {log_number("group", grp.index)});
+    raft_close(&grp.r, &impl::on_raft_closed);
+  });
+}
+
+int raft_node::impl::role_of(member_role r) {
+  switch (r) {
+    case member_role::voter:
+      return RAFT_VOTER;
+    case member_role::standby:
+      return RAFT_STANDBY;
+    case member_role::spare:
+      return RAFT_SPARE;
+  }
+  return RAFT_SPARE;
+}
+
+result<void> raft_node::impl::change(unsigned g, member_change c, op_cb cb) {
+  if (g >= groups_.size()) return no_group(g);
+  const node_config* n = cfg_.node_of(c.id);
+  if (n == nullptr) {
+    return make_error(errc::invalid_argument,
+                      fmt::format("raft id {} is not in the cluster file", c.id));
+  }
+  std::string address = cfg_.raft_address(*n, g);
+  group* gp = groups_[g].get();
+  return post([this, gp, c, address = std::move(address), cb = std::move(cb)]() mutable {
+    group& grp = *gp;
+    if (grp.closing) return deliver(cb, fail(raft_errc::shutting_down, "the group is closing"));
+    if (!grp.raft_ready || raft_state(&grp.r) != RAFT_LEADER) {
+      return deliver(cb, fail(raft_errc::not_leader,
+                              fmt::format("group {}: this node is not the leader", grp.index),
+                              grp.raft_ready ? leader_name(grp) : std::string()));
+    }
+    auto* op = new change_op;
+    op->req.data = op;
+    op->cb = std::move(cb);
+    int rv = 0;
+    switch (c.op) {
+      case member_change::kind::add:
+        rv = raft_add(&grp.r, &op->req, c.id, address.c_str(), &impl::on_change);
+        break;
+      case member_change::kind::promote:
+        rv = raft_assign(&grp.r, &op->req, c.id, RAFT_VOTER, &impl::on_change);
+        break;
+      case member_change::kind::remove:
+        rv = raft_remove(&grp.r, &op->req, c.id, &impl::on_change);
+        break;
+    }
+    if (rv != 0) {
+      op_cb done = std::move(op->cb);
+      delete op;
+      deliver(done, fail(rv == RAFT_NOTLEADER ? raft_errc::not_leader : raft_errc::failed,
+                         fmt::format("group {}: {}", grp.index, raft_strerror(rv))));
+    }
+  });
+}
+
+void raft_node::impl::on_change(struct raft_change* req, int status) {
+  auto* op = static_cast<change_op*>(req->data);
+  op_cb cb = std::move(op->cb);
+  delete op;
+  if (status == 0) return deliver(cb, op_result{});
+  deliver(cb,
+          fail(code_of(status), fmt::format("configuration change: {}", raft_strerror(status))));
 }
 
 void raft_node::impl::release_all(group& g) {
@@ -356,6 +524,10 @@ result<std::unique_ptr<raft_node>> raft_node::start(cluster_config cfg, raft_nod
                     opts.heartbeat_timeout_ms, opts.election_timeout_ms));
   }
   if (opts.snapshot_threshold == 0) return bad("raft_node: snapshot_threshold must be above 0");
+  if (!opts.specs.empty() && opts.specs.size() != opts.groups) {
+    return bad(
+        fmt::format("raft_node: {} group specs for {} groups", opts.specs.size(), opts.groups));
+  }
   if (opts.max_batch_entries == 0 || opts.max_batch_bytes == 0 || opts.max_entry_bytes == 0 ||
       opts.max_queued == 0) {
     return bad("raft_node: batch and queue limits must be above 0");
@@ -395,6 +567,28 @@ std::uint64_t raft_node::impl::leader_term(unsigned g) const {
   if (g >= groups_.size()) return 0;
   std::lock_guard lock(status_mu_);
   return published_[g].is_leader ? published_[g].term : 0;
+}
+
+result<void> raft_node::open_group(unsigned g, std::vector<member> bootstrap, op_cb cb) {
+  return impl_->open_group(g, std::move(bootstrap), std::move(cb));
+}
+result<void> raft_node::close_group(unsigned g, bool wipe, op_cb cb) {
+  return impl_->close_group(g, wipe, std::move(cb));
+}
+result<void> raft_node::change(unsigned g, member_change c, op_cb cb) {
+  return impl_->change(g, c, std::move(cb));
+}
+
+std::string_view to_string(member_role r) noexcept {
+  switch (r) {
+    case member_role::voter:
+      return "voter";
+    case member_role::standby:
+      return "standby";
+    case member_role::spare:
+      return "spare";
+  }
+  return "spare";
 }
 
 result<group_status> raft_node::status(unsigned g) const {

@@ -122,6 +122,28 @@ struct op_result {
 // it throws is logged and dropped.
 using op_cb = std::function<void(op_result)>;
 
+// A member of a group's configuration and its role: a voter counts for
+// elections and commits; a standby gets the log but does not vote; a spare
+// gets nothing (raft's roles).
+enum class member_role : int { voter = 0, standby = 1, spare = 2 };
+std::string_view to_string(member_role r) noexcept;
+struct member {
+  std::uint64_t id = 0;  // raft id
+  member_role role = member_role::voter;
+  bool operator==(const member&) const = default;
+};
+
+// How raft_node::start treats one group.
+struct group_spec {
+  // Opened by start(); false: dormant (answers not_leader with no leader)
+  // until open_group().
+  bool open = true;
+  // The configuration a pristine directory is bootstrapped with; empty:
+  // none (the node waits for a leader to add it). Ignored when the
+  // directory already holds a log.
+  std::vector<member> bootstrap;
+};
+
 struct raft_node_options {
   std::string data_dir;  // Required: the node's data dir (Raft goes in <data_dir>/raft/)
   unsigned groups = 1;   // Default: 1 group (shard); group g listens on raft port + g
@@ -150,6 +172,20 @@ struct raft_node_options {
   std::size_t max_entry_bytes = 1u << 20;  // Default: 1 MiB; larger proposals are refused
   std::size_t max_queued = 100'000;        // Default: queued proposals per group before
                                            // propose() answers resource_exhausted
+  // Per group (size == groups); empty: every group opened at start and
+  // bootstrapped with every node of the file as a voter.
+  std::vector<group_spec> specs;
+  // Promotion to voter: raft catches the server up first, in rounds of at
+  // most this long, giving up after max_catch_up_rounds.
+  unsigned max_catch_up_rounds = 10;       // Default: raft's 10
+  unsigned max_catch_up_round_ms = 5'000;  // Default: raft's 5 s
+};
+
+// A change of a group's configuration, made by its leader (one at a time:
+// raft refuses a second while one is uncommitted).
+struct member_change {
+  enum class kind { add, promote, remove } op = kind::add;
+  std::uint64_t id = 0;  // raft id of the node (the cluster file's)
 };
 
 struct group_status {
@@ -161,16 +197,21 @@ struct group_status {
   bool leader_ready = false;
   std::uint64_t term = 0;  // raft's current term on this node
   std::uint64_t commit_index = 0;
-  std::uint64_t last_applied = 0;        // last index applied to the state machine here
-  std::uint64_t last_index = 0;          // last index in this node's log
-  std::uint64_t proposals = 0;           // proposals handed to raft_apply by this node
-  std::uint64_t apply_calls = 0;         // raft_apply calls carrying them (batching: fewer)
-  std::uint64_t snapshots_restored = 0;  // state_machine::restore calls that succeeded
-  std::uint64_t terms_seen = 0;          // terms this node was in since it started (elections)
+  std::uint64_t last_applied = 0;             // last index applied to the state machine here
+  std::uint64_t last_index = 0;               // last index in this node's log
+  std::uint64_t proposals = 0;                // proposals handed to raft_apply by this node
+  std::uint64_t apply_calls = 0;              // raft_apply calls carrying them (batching: fewer)
+  std::uint64_t snapshots_restored = 0;       // state_machine::restore calls that succeeded
+  std::uint64_t snapshot_bytes_restored = 0;  // their bytes (how a moved replica arrives)
+  std::uint64_t terms_seen = 0;               // terms this node was in since it started (elections)
   // Leader: the voters it heard from within an election timeout (itself
   // included), by node id; empty on a follower.
   std::vector<std::string> heard;
   std::string failure;  // why the group stopped applying here; "" when healthy
+  bool open = false;    // the group runs on this node (not dormant)
+  // The configuration this node knows (the latest it appended), in raft's
+  // order; empty when dormant or before the first.
+  std::vector<member> members;
 };
 
 class raft_node {
@@ -231,6 +272,24 @@ class raft_node {
   // What this node knows of group g, as of the loop's last iteration.
   // Never waits for the loop. Errors: errc::invalid_argument (no group g).
   result<group_status> status(unsigned g) const;
+  // Opens dormant group g (group_spec::open false, or closed): bootstraps a
+  // pristine directory with `bootstrap` (empty: none) and starts it. cb: ok
+  // once it runs (at once when it already did), failed with raft's reason.
+  // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
+  result<void> open_group(unsigned g, std::vector<member> bootstrap, op_cb cb);
+  // Closes group g here (raft_close: entries in flight answer
+  // shutting_down) and, with wipe, deletes its directory: the node left the
+  // group. cb: ok once closed. The group is dormant afterwards.
+  // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
+  result<void> close_group(unsigned g, bool wipe, op_cb cb);
+  // A configuration change of group g on its leader: add (raft_add, as a
+  // spare), promote (raft_assign to voter: raft catches the node up first,
+  // options' catch-up rounds), remove (raft_remove). cb: ok once the new
+  // configuration is committed; not_leader; failed with raft's reason (a
+  // change already running, an unknown node, a catch-up that gave up).
+  // Errors: errc::invalid_argument (no group g, an id not in the file),
+  // errc::unavailable (stopped).
+  result<void> change(unsigned g, member_change c, op_cb cb);
   // status(g).is_leader, without copying the rest; false for no group g.
   bool leads(unsigned g) const;
   // The term this node leads group g in, 0 when it does not lead it.

@@ -78,10 +78,12 @@ struct published {
   ::raft_id leader = 0;
   bool is_leader = false, leader_ready = false;
   std::uint64_t term = 0, commit_index = 0, last_applied = 0, last_index = 0;
-  std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
+  std::uint64_t proposals = 0, apply_calls = 0, restores = 0, restored_bytes = 0;
   std::uint64_t terms_seen = 0;
   std::vector<::raft_id> heard;  // leader: the voters heard from within an election timeout
   std::string failure;
+  bool open = false;
+  std::vector<member> members;
 };
 
 // Raft 0.15 needs every entry to be a multiple of 8 bytes: its decoder
@@ -139,6 +141,10 @@ class raft_node::impl {
     op_cb cb;
   };
 
+  struct change_op {
+    struct raft_change req {};
+    op_cb cb;
+  };
   struct transfer_op {
     struct raft_transfer req {};
     group* g = nullptr;
@@ -172,8 +178,15 @@ class raft_node::impl {
     // The term whose opening barrier was sent, and the term whose opening
     // barrier this node applied while leading it (leader_ready).
     ::raft_term barrier_term = 0, ready_term = 0;
-    std::uint64_t proposals = 0, apply_calls = 0, restores = 0;
+    std::uint64_t proposals = 0, apply_calls = 0, restores = 0, restored_bytes = 0;
     std::vector<struct raft_buffer> bufs;  // scratch for raft_apply
+    // The configuration a pristine directory is bootstrapped with.
+    std::vector<member> bootstrap;
+    // A close of this group alone (close_group): its callback, and whether
+    // the directory goes with it.
+    std::vector<op_cb> close_cbs;
+    bool wipe = false;
+    bool closing_one = false;  // close_group's raft_close is under way
   };
 
   impl(cluster_config cfg, raft_node_options opts, std::vector<state_machine*> machines)
@@ -188,6 +201,13 @@ class raft_node::impl {
       g->sm = machines[i];
       g->dir = (std::filesystem::path(opts_.data_dir) / "raft" / std::to_string(i)).string();
       g->address = cfg_.raft_address(cfg_.self(), i);
+      if (opts_.specs.empty()) {
+        for (std::size_t k = 0; k < cfg_.nodes().size(); ++k) {
+          g->bootstrap.push_back(member{k + 1, member_role::voter});
+        }
+      } else {
+        g->bootstrap = opts_.specs[i].bootstrap;
+      }
       groups_.push_back(std::move(g));
     }
   }
@@ -219,8 +239,18 @@ class raft_node::impl {
   result<void> rebalance();
 
   result<group_status> status(unsigned g) const;
+  result<void> open_group(unsigned g, std::vector<member> bootstrap, op_cb cb);
+  result<void> close_group(unsigned g, bool wipe, op_cb cb);
+  result<void> change(unsigned g, member_change c, op_cb cb);
 
  private:
+  // Whether group g's raft runs on this node (not dormant, not closing).
+  static bool running(const group& g) { return g.raft_ready && !g.closing; }
+  // After raft_close of one group (close_group): its I/O released, its
+  // directory wiped if asked, the group dormant again.
+  void finish_close(group& g);
+  static void on_change(struct raft_change* req, int status);
+  static int role_of(member_role r);
   static error no_group(unsigned g);
   static error stopped() { return make_error(errc::unavailable, "the raft node is stopped"); }
 

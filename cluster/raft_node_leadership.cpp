@@ -23,6 +23,11 @@ result<void> raft_node::impl::read(unsigned g, bool fresh, op_cb cb) {
       return deliver(cb,
                      fail(raft_errc::failed, fmt::format("group {}: {}", grp.index, grp.failure)));
     }
+    if (!grp.raft_ready) {
+      return deliver(cb,
+                     fail(raft_errc::not_leader,
+                          fmt::format("group {}: this node holds no replica of it", grp.index)));
+    }
     if (fresh && (raft_state(&grp.r) != RAFT_LEADER || grp.ready_term != grp.r.current_term ||
                   grp.r.transfer != nullptr)) {
       op_result r = fail(raft_errc::not_leader,
@@ -55,7 +60,7 @@ result<void> raft_node::impl::rebalance() {
   return post([this] {
     for (auto& g : groups_) {
       const ::raft_id to = cfg_.preferred_leader(g->index);
-      if (g->closing || raft_state(&g->r) != RAFT_LEADER || to == cfg_.self_raft_id() ||
+      if (!running(*g) || raft_state(&g->r) != RAFT_LEADER || to == cfg_.self_raft_id() ||
           g->r.transfer != nullptr) {
         continue;
       }
@@ -71,6 +76,7 @@ result<void> raft_node::impl::rebalance() {
 }
 
 std::string raft_node::impl::leader_name(group& g) {
+  if (!g.raft_ready) return {};
   ::raft_id id = 0;
   const char* address = nullptr;
   raft_leader(&g.r, &id, &address);
@@ -80,7 +86,7 @@ std::string raft_node::impl::leader_name(group& g) {
 
 void raft_node::impl::start_barrier(group& g, op_cb cb) {
   if (g.closing) return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
-  if (raft_state(&g.r) != RAFT_LEADER) {
+  if (!g.raft_ready || raft_state(&g.r) != RAFT_LEADER) {
     return deliver(
         cb, fail(raft_errc::not_leader,
                  fmt::format("group {}: this node is not the leader", g.index), leader_name(g)));
@@ -108,7 +114,7 @@ void raft_node::impl::on_barrier(struct raft_barrier* req, int status) {
 
 void raft_node::impl::start_transfer(group& g, ::raft_id target, op_cb cb) {
   if (g.closing) return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
-  if (raft_state(&g.r) != RAFT_LEADER) {
+  if (!g.raft_ready || raft_state(&g.r) != RAFT_LEADER) {
     return deliver(
         cb, fail(raft_errc::not_leader,
                  fmt::format("group {}: this node is not the leader", g.index), leader_name(g)));
@@ -190,7 +196,7 @@ void raft_node::impl::open_term(group& g) {
 
 void raft_node::impl::after_iteration() {
   for (auto& g : groups_) {
-    if (g->closing) continue;
+    if (!running(*g)) continue;
     if (!g->failure.empty() && raft_state(&g->r) == RAFT_LEADER && g->r.transfer == nullptr &&
         uv_now(&loop_) >= g->next_shed_ms) {
       g->next_shed_ms = uv_now(&loop_) + opts_.election_timeout_ms;
@@ -220,6 +226,24 @@ void raft_node::impl::publish() {
   for (auto& g : groups_) {
     published& p = published_[g->index];
     if (!g->raft_ready || g->closed) continue;
+    p.open = true;
+    // Rebuilt only when the configuration changed (no allocation per turn).
+    const auto& conf = g->r.configuration;
+    auto role = [](int r) {
+      return r == RAFT_VOTER     ? member_role::voter
+             : r == RAFT_STANDBY ? member_role::standby
+                                 : member_role::spare;
+    };
+    bool same = p.members.size() == conf.n;
+    for (unsigned i = 0; same && i < conf.n; ++i) {
+      same = p.members[i] == member{conf.servers[i].id, role(conf.servers[i].role)};
+    }
+    if (!same) {
+      p.members.clear();
+      for (unsigned i = 0; i < conf.n; ++i) {
+        p.members.push_back(member{conf.servers[i].id, role(conf.servers[i].role)});
+      }
+    }
     const char* address = nullptr;
     raft_leader(&g->r, &p.leader, &address);
     p.is_leader = raft_state(&g->r) == RAFT_LEADER;
@@ -241,6 +265,7 @@ void raft_node::impl::publish() {
     p.proposals = g->proposals;
     p.apply_calls = g->apply_calls;
     p.restores = g->restores;
+    p.restored_bytes = g->restored_bytes;
     if (p.failure != g->failure) p.failure = g->failure;
   }
 }

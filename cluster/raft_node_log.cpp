@@ -161,6 +161,13 @@ void raft_node::impl::submit(group& g, std::vector<proposal>& q) {
     for (auto& p : q) deliver(p.cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
     return;
   }
+  if (!g.raft_ready) {
+    for (auto& p : q) {
+      deliver(p.cb, fail(raft_errc::not_leader,
+                         fmt::format("group {}: this node holds no replica of it", g.index)));
+    }
+    return;
+  }
   if (raft_state(&g.r) != RAFT_LEADER || g.r.transfer != nullptr) {
     const std::string leader = g.r.transfer != nullptr ? std::string() : leader_name(g);
     const std::string why = g.r.transfer != nullptr
@@ -270,7 +277,7 @@ void raft_node::impl::pop_settled(group& g) {
 }
 
 void raft_node::impl::fail_stale(group& g) {
-  if (g.inflight.empty()) return;
+  if (g.inflight.empty() || !g.raft_ready) return;
   const bool leading = raft_state(&g.r) == RAFT_LEADER;
   for (batch* b : g.inflight) {
     if (b->unresolved != 0 && (!leading || b->term != g.r.current_term)) {
@@ -369,6 +376,7 @@ int raft_node::impl::fsm_restore(struct raft_fsm* fsm, struct raft_buffer* buf) 
     return RAFT_IOERR;
   }
   // On success the buffer is the FSM's to release.
+  g->restored_bytes += buf->len;
   raft_free(buf->base);
   g->restores += 1;
   // Entries applied before the snapshot are gone; so is any failure.

@@ -33,6 +33,11 @@ error shard_group::error_of(const op_result& r) const {
       if (auto id = config_.raft_id_of(r.leader); id && r.leader != self_) {
         e.message = fmt::format("shard {} is led by node {}", group_, r.leader);
         e.leader = static_cast<unsigned>(*id);
+      } else if (const std::uint64_t hint = hint_ ? hint_() : 0;
+                 r.leader.empty() && hint != 0 && config_.node_of(hint) != nullptr) {
+        // This node holds no replica: the node the placement names.
+        e.message = fmt::format("shard {} is held by node {}", group_, config_.node_of(hint)->id);
+        e.leader = static_cast<unsigned>(hint);
       } else {
         e.message = fmt::format("shard {} has no leader (an election is under way)", group_);
         e.retry_after_ms = k_election_retry_ms;

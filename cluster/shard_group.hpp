@@ -13,6 +13,7 @@
 // then proposals and reads answer errc::unavailable.
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ class shard_group final : public shard_log {
 
   // The node that runs the group, once started (outlives this).
   void attach(raft_node& node) { node_.store(&node, std::memory_order_release); }
+  // Where to send a request when this node knows no leader of the shard
+  // (it holds no replica of it): a raft id from the placement, 0 for none.
+  // Set before the first request.
+  void set_leader_hint(std::function<std::uint64_t()> hint) { hint_ = std::move(hint); }
 
   void propose(log_entry e, reply_fn done) override;
   void read(bool fresh, std::function<void(broker&)> fn, std::function<void(error)> fail) override;
@@ -59,6 +64,7 @@ class shard_group final : public shard_log {
 
   // The error a shard answers for a raft_node outcome that is not ok.
   error error_of(const op_result& r) const;
+  std::function<std::uint64_t()> hint_;
 
  private:
   raft_node* node() const { return node_.load(std::memory_order_acquire); }

@@ -25,6 +25,11 @@ struct dial {
 }  // namespace
 
 int tcp_transport::init(uv_loop_t* loop) {
+  // A transport released by a group that closed may be set up again.
+  tcp_ = {};
+  outer_ = {};
+  accept_cb_ = nullptr;
+  close_cb_ = nullptr;
   const int rv = raft_uv_tcp_init(&tcp_, loop);
   if (rv != 0) return rv;
   tcp_ready_ = true;

@@ -2,23 +2,65 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "client/http_client.hpp"
 #include "cmd/log.hpp"
 #include "http/codec/inspector.hpp"
 #include "shard/layout.hpp"
 
 namespace onceq::cmd {
 
-namespace {
-// How often every node hands the groups it leads to their preferred
-// leaders (cluster_config::preferred_leader): spreads the leaderships
-// again after a node rejoins.
-constexpr auto k_rebalance_every = std::chrono::seconds(10);
-}  // namespace
+// One thread that runs blocking requests to the meta group (the
+// operator's drain and rebalance, other nodes' entries), in order.
+class meta_worker {
+ public:
+  meta_worker() : thread_([this] { run(); }) {}
+  ~meta_worker() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // False once stopping (the task is dropped).
+  bool post(std::function<void()> task) {
+    std::lock_guard lock(mu_);
+    if (stopping_ || tasks_.size() >= 1'000) return false;
+    tasks_.push_back(std::move(task));
+    wake_.notify_one();
+    return true;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) break;
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+    // What is left answers that the node is stopping.
+    auto left = std::move(tasks_);
+    lock.unlock();
+    for (auto& t : left) t();
+  }
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::deque<std::function<void()>> tasks_;
+  std::thread thread_;
+};
 
 cluster_node::cluster_node(cluster::cluster_config cfg, const cmd::config& opts)
     : cfg_(std::move(cfg)),
@@ -33,11 +75,13 @@ cluster_node::~cluster_node() {
 result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
   auto file = cluster::cluster_config::load(cfg.cluster_file, cfg.node_id);
   if (!file.ok()) return std::move(file).err();
-  if (auto ports = file->check_ports(cfg.shards); !ports.ok()) return std::move(ports).err();
+  // Groups 0 .. shards - 1 are the shards; group `shards` is the meta group.
+  if (auto ports = file->check_ports(cfg.shards + 1); !ports.ok()) return std::move(ports).err();
   cfg.http.host = file->self().http_host;
   cfg.http.port = file->self().http_port;
   std::unique_ptr<cluster_node> n(new cluster_node(std::move(*file), cfg));
   n->data_dir_ = cfg.storage.data_dir;
+  n->meta_ = std::make_unique<cluster::meta_machine>(n->cfg_.nodes().size(), cfg.shards);
   for (std::uint32_t g = 0; g < cfg.shards; ++g) {
     storage::storage_options so = cfg.storage;
     so.data_dir = shard_data_dir(cfg.storage.data_dir, g);
@@ -60,6 +104,13 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
     }
     n->groups_.push_back(std::make_unique<cluster::shard_group>(
         g, *n->replicas_.back(), n->cfg_, cfg.leader_grace_ms, cfg.broker.max_lease_ms));
+    cluster_node* self = n.get();
+    n->groups_.back()->set_leader_hint([self, g]() -> std::uint64_t {
+      // Only a node that holds no replica forwards by the placement.
+      if (!self->agent_ || !self->raft_) return 0;
+      auto st = self->raft_->status(g);
+      return st.ok() && !st->open ? self->agent_->leader_hint(g) : 0;
+    });
   }
   return n;
 }
@@ -67,38 +118,79 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
 result<void> cluster_node::start() {
   cluster::raft_node_options ro;
   ro.data_dir = data_dir_;
-  ro.groups = shards();
+  ro.groups = shards() + 1;
   ro.election_timeout_ms = election_timeout_ms_;
   ro.heartbeat_timeout_ms = std::max(10u, election_timeout_ms_ / 10);
   ro.snapshot_threshold = snapshot_every_;
   // A follower a little behind (a restart, a short partition) catches up
   // from the log, not from a whole snapshot.
   ro.snapshot_trailing = std::max(64u, snapshot_every_ / 4);
+  // A shard's group: every node of a file with no more nodes than
+  // replicas holds it from the start (bootstrapped with every node, as
+  // before placement existed); otherwise a group this node already holds
+  // opens, and the placement agent opens the others when the meta group
+  // places them here.
+  std::vector<cluster::member> everyone;
+  for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
+    everyone.push_back(cluster::member{i + 1, cluster::member_role::voter});
+  }
+  for (unsigned g = 0; g < shards(); ++g) {
+    cluster::group_spec spec;
+    if (cfg_.full_replication()) {
+      spec.bootstrap = everyone;
+    } else {
+      const auto dir = std::filesystem::path(data_dir_) / "raft" / std::to_string(g);
+      std::error_code ec;
+      spec.open = std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec);
+    }
+    ro.specs.push_back(std::move(spec));
+  }
+  ro.specs.push_back(cluster::group_spec{true, cluster::meta_members(cfg_.nodes().size())});
   std::vector<cluster::state_machine*> machines;
   for (auto& r : replicas_) machines.push_back(r.get());
+  machines.push_back(meta_.get());
   auto started = cluster::raft_node::start(cfg_, ro, std::move(machines));
   if (!started.ok()) return std::move(started).err();
   raft_ = std::move(*started);
   for (auto& g : groups_) g->attach(*raft_);
-  rebalancer_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    while (!wake_.wait_for(lock, k_rebalance_every, [this] { return stopping_; })) {
-      lock.unlock();
-      (void)raft_->rebalance();  // only fails once stopped
-      lock.lock();
+
+  placement_agent::options ao;
+  ao.placement.replicas = cfg_.replicas_of();
+  ao.placement.dead_after_ms = cfg_.dead_after_ms();
+  // Down: not heard for three election timeouts.
+  ao.placement.down_after_ms = 3ull * election_timeout_ms_;
+  // The first placement waits this long for every node of the file to be
+  // heard (a node is heard once its raft connections are up: seconds).
+  ao.placement.settle_ms = std::max<std::uint64_t>(3'000, 10ull * election_timeout_ms_);
+  const std::string self = self_;
+  auto send = [this, self](const std::string& leader, const std::string& entry) -> result<void> {
+    auto at = http_of(leader);
+    if (!at) return make_error(errc::unavailable, fmt::format("no node {}", leader));
+    try {
+      client::options o;
+      o.host = at->host;
+      o.port = at->port;
+      o.timeout = std::chrono::milliseconds(5'000);
+      o.retry_stale_connection = false;
+      client::http_client c(o);
+      auto res = c.request("POST", "/v1/internal/meta", entry,
+                           {{"Content-Type", "application/json"}, {"X-Onceq-Forwarded", self}});
+      if (res.status == 200 || res.status == 204) return {};
+      const errc code = res.status == 409 ? errc::failed_precondition : errc::unavailable;
+      return make_error(code, fmt::format("node {} answered {}: {}", leader, res.status, res.body));
+    } catch (const std::exception& e) {
+      return make_error(errc::unavailable, fmt::format("node {}: {}", leader, e.what()));
     }
-  });
-  (void)raft_->rebalance();
+  };
+  agent_ = std::make_unique<placement_agent>(cfg_, *raft_, *meta_, shards(), ao, clock_, send);
+  worker_ = std::make_unique<meta_worker>();
+  agent_->start();
   return {};
 }
 
 void cluster_node::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (rebalancer_.joinable()) rebalancer_.join();
+  worker_.reset();
+  if (agent_) agent_->stop();
   if (raft_) raft_->stop();
 }
 
@@ -117,12 +209,19 @@ std::optional<http::node_address> cluster_node::http_of(std::string_view node) c
 nlohmann::json cluster_node::status() const {
   using json = nlohmann::json;
   std::vector<cluster::group_status> groups;
-  for (unsigned g = 0; g < shards(); ++g) {
+  for (unsigned g = 0; g <= shards(); ++g) {
     auto s = raft_ ? raft_->status(g) : result<cluster::group_status>(cluster::group_status{});
     groups.push_back(s.ok() ? std::move(*s) : cluster::group_status{});
   }
+  const cluster::meta_state placement = meta_->state();
+  auto name = [&](cluster::raft_id id) { return node_at(static_cast<unsigned>(id)); };
+  auto names = [&](const std::vector<cluster::raft_id>& ids) {
+    json out = json::array();
+    for (auto id : ids) out.push_back(name(id));
+    return out;
+  };
   // Reachable: this node; a leader it follows (it hears its heartbeats);
-  // a voter a group it leads heard from within an election timeout.
+  // a member a group it leads heard from within an election timeout.
   auto reachable = [&](const std::string& id) {
     if (id == self_) return true;
     for (const auto& s : groups) {
@@ -134,26 +233,147 @@ nlohmann::json cluster_node::status() const {
     return false;
   };
   json nodes = json::array();
-  for (const auto& n : cfg_.nodes()) {
+  for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
+    const auto& n = cfg_.nodes()[i];
+    const auto& entry = placement.nodes[i];
     nodes.push_back({{"id", n.id},
                      {"http", n.http},
                      {"raft", cfg_.raft_address(n, 0)},
-                     {"reachable", reachable(n.id)}});
+                     {"reachable", reachable(n.id)},
+                     {"state", std::string(cluster::to_string(entry.state))},
+                     {"replicas", placement.load(i + 1)},
+                     {"leads", std::count_if(groups.begin(), groups.end() - 1,
+                                             [&](const cluster::group_status& s) {
+                                               return s.leader == n.id;
+                                             })}});
   }
   json shards_json = json::array();
   for (unsigned g = 0; g < shards(); ++g) {
     const auto& s = groups[g];
+    const auto& p = placement.shards[g];
+    // A shard this node holds no replica of: the leader the meta group
+    // last recorded (it may be a moment old).
+    const std::string leader = s.open || p.leader == 0 ? s.leader : name(p.leader);
     json one = {{"shard", g},
-                {"leader", s.leader},
+                {"leader", leader},
                 {"term", s.term},
                 {"commit_index", s.commit_index},
                 {"applied_index", s.last_applied},
                 {"last_index", s.last_index},
+                {"replicas", names(p.replicas)},
+                {"config_version", p.version},
+                {"held_here", s.open},
                 {"topics", groups_[g]->topics()}};
+    if (s.open) {
+      json voters = json::array();
+      for (const auto& m : s.members) {
+        if (m.role == cluster::member_role::voter) voters.push_back(name(m.id));
+      }
+      one["voters"] = std::move(voters);
+    }
+    if (p.moving) {
+      one["moving"] = {{"from", p.moving->from != 0 ? json(name(p.moving->from)) : json(nullptr)},
+                       {"to", name(p.moving->to)},
+                       {"state", std::string(cluster::to_string(p.moving->state))},
+                       {"reason", p.moving->reason}};
+    }
     if (!s.failure.empty()) one["failure"] = s.failure;
     shards_json.push_back(std::move(one));
   }
-  return json{{"node", self_}, {"nodes", std::move(nodes)}, {"shards", std::move(shards_json)}};
+  const auto& m = groups[shards()];
+  json meta = {{"leader", m.leader},
+               {"term", m.term},
+               {"placed", placement.placed},
+               {"rebalancing", placement.rebalance},
+               {"replicas", cfg_.replicas_of()},
+               {"dead_after_ms", cfg_.dead_after_ms()},
+               {"moves_started", placement.moves_started},
+               {"moves_finished", placement.moves_finished},
+               {"moves_cancelled", placement.moves_cancelled}};
+  return json{{"node", self_},
+              {"nodes", std::move(nodes)},
+              {"shards", std::move(shards_json)},
+              {"meta", std::move(meta)}};
+}
+
+void cluster_node::drain(std::string_view node, std::function<void(result<void>)> done) const {
+  auto id = cfg_.raft_id_of(node);
+  if (!id) {
+    return done(make_error(errc::not_found, fmt::format("no node \"{}\" in the cluster", node)));
+  }
+  cluster::meta_command c;
+  c.op = cluster::meta_command::kind::drain;
+  c.node = *id;
+  c.at_ms = static_cast<std::uint64_t>(clock_.now_ms());
+  meta_submit(cluster::encode(c), std::move(done));
+}
+
+void cluster_node::rebalance(std::function<void(result<void>)> done) const {
+  cluster::meta_command c;
+  c.op = cluster::meta_command::kind::rebalance;
+  meta_submit(cluster::encode(c), std::move(done));
+}
+
+void cluster_node::move_shard(std::uint32_t shard, std::string_view from, std::string_view to,
+                              std::function<void(result<void>)> done) const {
+  if (shard >= shards()) {
+    return done(make_error(errc::not_found,
+                           fmt::format("no shard {}: the cluster has {}", shard, shards())));
+  }
+  auto from_id = cfg_.raft_id_of(from);
+  auto to_id = cfg_.raft_id_of(to);
+  if (!from_id || !to_id) {
+    return done(make_error(errc::not_found,
+                           fmt::format("no node \"{}\" in the cluster", from_id ? to : from)));
+  }
+  // The meta group's leader decides from its own state (a request to
+  // another node is forwarded there first).
+  if (raft_->leads(shards())) {
+    const cluster::meta_state s = meta_->state();
+    const auto& e = s.shards[shard];
+    if (s.nodes[*to_id - 1].state != cluster::node_state::active) {
+      return done(make_error(errc::failed_precondition,
+                             fmt::format("node {} is {}: a move needs an active target", to,
+                                         cluster::to_string(s.nodes[*to_id - 1].state))));
+    }
+    cluster::meta_command c;
+    c.op = cluster::meta_command::kind::move;
+    c.shard = shard;
+    c.version = e.version;
+    c.from = *from_id;
+    c.to = *to_id;
+    c.at_ms = static_cast<std::uint64_t>(clock_.now_ms());
+    c.reason = "operator";
+    return meta_submit(cluster::encode(c), std::move(done));
+  }
+  meta_submit({}, std::move(done));  // answers where the meta group's leader is
+}
+
+void cluster_node::meta_submit(std::string entry, std::function<void(result<void>)> done) const {
+  if (!agent_ || !worker_) {
+    return done(make_error(errc::unavailable, "this node is not started"));
+  }
+  // Only the meta group's leader proposes: another node's request goes
+  // there (the router forwards on error::leader).
+  if (!raft_->leads(shards())) {
+    auto st = raft_->status(shards());
+    error e =
+        make_error(errc::unavailable, "the meta group has no leader (an election is under way)");
+    e.retry_after_ms = 1'000;
+    if (st.ok() && !st->leader.empty()) {
+      if (auto id = cfg_.raft_id_of(st->leader); id && st->leader != self_) {
+        e.message = fmt::format("the meta group is led by node {}", st->leader);
+        e.leader = static_cast<unsigned>(*id);
+      }
+    }
+    return done(std::move(e));
+  }
+  auto shared = std::make_shared<std::function<void(result<void>)>>(std::move(done));
+  placement_agent* agent = agent_.get();
+  if (!worker_->post(
+          [agent, entry = std::move(entry), shared] { (*shared)(agent->submit_local(entry)); })) {
+    (*shared)(make_error(errc::unavailable, "the node is stopping or busy"));
+  }
 }
 
 void cluster_node::render_metrics(std::string& body) const {
@@ -184,6 +404,12 @@ void cluster_node::render_metrics(std::string& body) const {
       {"onceq_raft_snapshots_restored_total", "counter",
        "Snapshots of the shard restored on this node.",
        [](const cluster::group_status& s) { return s.snapshots_restored; }},
+      {"onceq_raft_snapshot_bytes_restored_total", "counter",
+       "Bytes of the shard's snapshots restored on this node (a moved replica arrives so).",
+       [](const cluster::group_status& s) { return s.snapshot_bytes_restored; }},
+      {"onceq_raft_held", "gauge",
+       "1 when this node holds a replica of the shard (its group runs here).",
+       [](const cluster::group_status& s) -> std::uint64_t { return s.open ? 1 : 0; }},
       {"onceq_raft_failed", "gauge", "1 when the shard's replica on this node stopped applying.",
        [](const cluster::group_status& s) -> std::uint64_t { return s.failure.empty() ? 0 : 1; }},
   };
@@ -191,6 +417,42 @@ void cluster_node::render_metrics(std::string& body) const {
   for (unsigned g = 0; g < shards(); ++g) {
     auto s = raft_ ? raft_->status(g) : result<cluster::group_status>(cluster::group_status{});
     groups.push_back(s.ok() ? std::move(*s) : cluster::group_status{});
+  }
+  const cluster::meta_state placement = meta_->state();
+  body += fmt::format(
+      "# HELP onceq_cluster_moves_started_total Shard moves the meta group started.\n"
+      "# TYPE onceq_cluster_moves_started_total counter\n"
+      "onceq_cluster_moves_started_total {}\n"
+      "# HELP onceq_cluster_moves_finished_total Shard moves that finished.\n"
+      "# TYPE onceq_cluster_moves_finished_total counter\n"
+      "onceq_cluster_moves_finished_total {}\n"
+      "# HELP onceq_cluster_moves_failed_total Shard moves cancelled (their target went away).\n"
+      "# TYPE onceq_cluster_moves_failed_total counter\n"
+      "onceq_cluster_moves_failed_total {}\n"
+      "# HELP onceq_cluster_moves_running Shard moves running now.\n"
+      "# TYPE onceq_cluster_moves_running gauge\n"
+      "onceq_cluster_moves_running {}\n"
+      "# HELP onceq_cluster_move_seconds_total Time the finished shard moves took, in all.\n"
+      "# TYPE onceq_cluster_move_seconds_total counter\n"
+      "onceq_cluster_move_seconds_total {:.3f}\n"
+      "# HELP onceq_cluster_last_move_seconds Time the last finished shard move took.\n"
+      "# TYPE onceq_cluster_last_move_seconds gauge\n"
+      "onceq_cluster_last_move_seconds {:.3f}\n",
+      placement.moves_started, placement.moves_finished, placement.moves_cancelled,
+      std::count_if(placement.shards.begin(), placement.shards.end(),
+                    [](const cluster::shard_entry& e) { return e.moving.has_value(); }),
+      static_cast<double>(placement.move_ms_total) / 1000.0,
+      static_cast<double>(placement.last_move_ms) / 1000.0);
+  body +=
+      "# HELP onceq_cluster_node_state The placement state of each node (1 for its state).\n"
+      "# TYPE onceq_cluster_node_state gauge\n";
+  for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
+    for (auto st : {cluster::node_state::active, cluster::node_state::draining,
+                    cluster::node_state::drained, cluster::node_state::down}) {
+      body += fmt::format("onceq_cluster_node_state{{node=\"{}\",state=\"{}\"}} {}\n",
+                          cfg_.nodes()[i].id, cluster::to_string(st),
+                          placement.nodes[i].state == st ? 1 : 0);
+    }
   }
   for (const auto& x : k_series) {
     body += fmt::format("# HELP {} {}\n# TYPE {} {}\n", x.name, x.help, x.name, x.type);

@@ -6,8 +6,9 @@
 // record), a replica applying the shard's Raft group, and the shard_group
 // the shard proposes through; one raft_node running every group; and the
 // cluster view the HTTP edge reads (X-Onceq-Node, forwarding, GET
-// /v1/cluster, /metrics). Leadership is spread over the nodes at start and
-// every k_rebalance_every after (a node that rejoins gets its groups back).
+// /v1/cluster, /metrics). The meta group (raft group `shards`) holds the
+// placement; the placement_agent opens and closes this node's groups, runs
+// moves and spreads the leaderships (docs/REPLICATION.md, "Placement").
 //
 // Thread safety: open, start and stop from one thread (onceqd's main);
 // the cluster_view members from any thread.
@@ -19,10 +20,12 @@
 #include <vector>
 
 #include "cluster/config.hpp"
+#include "cluster/meta.hpp"
 #include "cluster/raft_node.hpp"
 #include "cluster/replica.hpp"
 #include "cluster/shard_group.hpp"
 #include "cmd/config.hpp"
+#include "cmd/placement_agent.hpp"
 #include "http/cluster_view.hpp"
 #include "storage/rocksdb/rocksdb_store.hpp"
 
@@ -53,6 +56,11 @@ class cluster_node final : public http::cluster_view {
   std::optional<http::node_address> http_of(std::string_view node) const override;
   nlohmann::json status() const override;
   void render_metrics(std::string& body) const override;
+  void drain(std::string_view node, std::function<void(result<void>)> done) const override;
+  void rebalance(std::function<void(result<void>)> done) const override;
+  void move_shard(std::uint32_t shard, std::string_view from, std::string_view to,
+                  std::function<void(result<void>)> done) const override;
+  void meta_submit(std::string entry, std::function<void(result<void>)> done) const override;
 
  private:
   cluster_node(cluster::cluster_config cfg, const cmd::config& opts);
@@ -67,10 +75,12 @@ class cluster_node final : public http::cluster_view {
   std::vector<std::unique_ptr<cluster::shard_group>> groups_;
   std::unique_ptr<cluster::raft_node> raft_;
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // mu_
-  std::thread rebalancer_;
+  system_clock clock_;
+  std::unique_ptr<cluster::meta_machine> meta_;
+  std::unique_ptr<placement_agent> agent_;
+  // Runs the operator's and the nodes' meta requests off the raft and
+  // HTTP threads (each one waits for the meta group).
+  std::unique_ptr<class meta_worker> worker_;
 };
 
 }  // namespace onceq::cmd

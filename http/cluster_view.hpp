@@ -8,11 +8,14 @@
 // Thread safety: every member may be called from any thread.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "base/result.hpp"
 
 namespace onceq::http {
 
@@ -35,6 +38,36 @@ class cluster_view {
   virtual nlohmann::json status() const = 0;
   // Appends the per-shard replication series to a /metrics body.
   virtual void render_metrics(std::string& body) const = 0;
+
+  // Requests to the meta group (placement; docs/API.md, "Clusters"). done
+  // runs once, on any thread: ok once applied; errc::unavailable with
+  // error::leader set when another node leads the meta group (the router
+  // forwards there); errc::not_found for an unknown node;
+  // errc::failed_precondition when the meta group refused it.
+  // POST /v1/cluster/nodes/{id}/drain
+  virtual void drain(std::string_view node, std::function<void(result<void>)> done) const {
+    (void)node;
+    done(make_error(errc::not_found, "this node does not place shards"));
+  }
+  // POST /v1/cluster/rebalance
+  virtual void rebalance(std::function<void(result<void>)> done) const {
+    done(make_error(errc::not_found, "this node does not place shards"));
+  }
+  // POST /v1/cluster/shards/{shard}/move: one replica of shard moves from
+  // node `from` to node `to` (an active node that does not hold it).
+  // errc::invalid_argument for a shard or node that does not exist.
+  virtual void move_shard(std::uint32_t shard, std::string_view from, std::string_view to,
+                          std::function<void(result<void>)> done) const {
+    (void)shard;
+    (void)from;
+    (void)to;
+    done(make_error(errc::not_found, "this node does not place shards"));
+  }
+  // POST /v1/internal/meta: another node's entry for the meta group.
+  virtual void meta_submit(std::string entry, std::function<void(result<void>)> done) const {
+    (void)entry;
+    done(make_error(errc::not_found, "this node does not place shards"));
+  }
 };
 
 }  // namespace onceq::http

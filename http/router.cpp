@@ -126,6 +126,10 @@ const router::route_def router::k_routes[] = {
     // A cluster's nodes hand each other outbox entries here; only a member
     // (X-Onceq-Forwarded naming one) may: trusted as the raft port is.
     {verb::post, "/v1/internal/outbox_append", &router::outbox_append_in, true, scope::none},
+    {verb::post, "/v1/cluster/nodes/{id}/drain", &router::cluster_drain, false, scope::admin},
+    {verb::post, "/v1/cluster/rebalance", &router::cluster_rebalance, false, scope::admin},
+    {verb::post, "/v1/cluster/shards/{shard}/move", &router::cluster_move, false, scope::admin},
+    {verb::post, "/v1/internal/meta", &router::meta_in, false, scope::none},
 };
 const std::size_t router::k_route_count = std::size(router::k_routes);
 
@@ -260,19 +264,7 @@ void router::outbox_append_in(pending_ptr p) {
     return finish(
         std::move(p),
         error_reply(make_error(errc::not_found, "no outbox hand-over on a single node"), c));
-  // From a member (by name) on one of the cluster's hosts (by the peer's
-  // address, which the session sets): loopback, or a node's API host.
-  const auto from = c.req[k_forwarded_header];
-  const std::string peer(c.req[k_peer_header]);
-  boost::system::error_code bad;
-  const auto addr = boost::asio::ip::make_address(peer, bad);
-  bool known_host = !bad && addr.is_loopback();
-  for (unsigned n = 1; !known_host && n <= 64; ++n) {
-    const std::string id = cluster_->node_at(n);
-    if (id.empty()) break;
-    if (auto at = cluster_->http_of(id); at && at->host == peer) known_host = true;
-  }
-  if (from.empty() || !cluster_->http_of(from) || !known_host)
+  if (!from_member(c))
     return finish(std::move(p),
                   error_reply(make_error(errc::permission_denied,
                                          "only a node of this cluster hands over its outbox"),

@@ -190,6 +190,18 @@ class router {
   // A cluster's relay delivery: to this node's shard, or (not its leader)
   // to the leader's outbox_append_in.
   outbox_relay::deliver_fn outbox_to_leader();
+  // Placement (router_cluster.cpp): POST /v1/cluster/nodes/{id}/drain,
+  // POST /v1/cluster/rebalance, and POST /v1/internal/meta (another node's
+  // entry for the meta group).
+  void cluster_drain(pending_ptr p);
+  void cluster_rebalance(pending_ptr p);
+  void cluster_move(pending_ptr p);
+  void meta_in(pending_ptr p);
+  void meta_answer(pending_ptr p, bhttp::status ok_status, std::string body,
+                   const std::function<void(std::function<void(result<void>)>)>& start);
+  // Whether c comes from a node of the cluster: X-Onceq-Forwarded names a
+  // member and the peer is loopback or a node's API host.
+  bool from_member(const call& c) const;
   // The 403 when the request's token may not produce into topic.
   std::optional<error> deny_produce(const call& c, std::string_view topic) const;
   asio::awaitable<reply> keys(call& c);

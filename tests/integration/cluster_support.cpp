@@ -21,8 +21,10 @@ namespace onceq::itest {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string cluster_file_text(const std::vector<cluster_member>& members) {
+std::string cluster_file_text(const std::vector<cluster_member>& members, std::string_view head) {
   std::ostringstream out;
+  out << head;
+  if (!head.empty()) out << "\n";
   for (const auto& m : members) {
     out << "[[node]]\n"
         << "id = \"" << m.id << "\"\n"
@@ -98,6 +100,13 @@ const cluster_shard_status* cluster_status::shard_of_topic(std::string_view topi
   return nullptr;
 }
 
+const cluster_node_status* cluster_status::node_status(std::string_view id) const {
+  for (const auto& n : nodes) {
+    if (n.id == id) return &n;
+  }
+  return nullptr;
+}
+
 const cluster_shard_status* cluster_status::shard(unsigned s) const {
   for (const auto& x : shards) {
     if (x.shard == s) return &x;
@@ -113,7 +122,8 @@ std::optional<cluster_status> parse_cluster_status(const http_response& r) {
     out.node = j.at("node").get<std::string>();
     for (const auto& n : j.value("nodes", nlohmann::json::array())) {
       out.nodes.push_back({n.value("id", ""), n.value("http", ""), n.value("raft", ""),
-                           n.value("reachable", false)});
+                           n.value("reachable", false), n.value("state", ""),
+                           n.value("replicas", std::size_t{0})});
     }
     for (const auto& s : j.at("shards")) {
       cluster_shard_status x;
@@ -127,7 +137,29 @@ std::optional<cluster_status> parse_cluster_status(const http_response& r) {
       for (const auto& t : s.value("topics", nlohmann::json::array())) {
         x.topics.push_back(t.get<std::string>());
       }
+      for (const auto& n : s.value("replicas", nlohmann::json::array())) {
+        x.replicas.push_back(n.get<std::string>());
+      }
+      x.config_version = s.value("config_version", std::uint64_t{0});
+      x.held_here = s.value("held_here", false);
+      for (const auto& n : s.value("voters", nlohmann::json::array())) {
+        x.voters.push_back(n.get<std::string>());
+      }
+      if (s.contains("moving") && s.at("moving").is_object()) {
+        const auto& m = s.at("moving");
+        x.moving_from = m.at("from").is_string() ? m.at("from").get<std::string>() : std::string();
+        x.moving_to = m.value("to", "");
+        x.moving_state = m.value("state", "");
+      }
       out.shards.push_back(std::move(x));
+    }
+    if (j.contains("meta")) {
+      const auto& m = j.at("meta");
+      out.meta_leader = m.value("leader", "");
+      out.placed = m.value("placed", false);
+      out.moves_started = m.value("moves_started", std::uint64_t{0});
+      out.moves_finished = m.value("moves_finished", std::uint64_t{0});
+      out.moves_cancelled = m.value("moves_cancelled", std::uint64_t{0});
     }
     return out;
   } catch (const std::exception&) {
@@ -162,7 +194,7 @@ local_cluster::local_cluster(options opts) : opts_(std::move(opts)) {
   file_ = root_ + "/cluster.toml";
   {
     std::ofstream f(file_);
-    f << cluster_file_text(opts_.members);
+    f << cluster_file_text(opts_.members, opts_.file_head);
     if (!f) throw std::runtime_error("cannot write " + file_);
   }
   for (std::size_t i = 0; i < opts_.members.size(); ++i) {
@@ -188,8 +220,9 @@ local_cluster::local_cluster(options opts) : opts_(std::move(opts)) {
     nodes_.push_back(std::make_unique<server_process>(std::move(o)));
   }
   try {
-    for (auto& n : nodes_) n->spawn();
-    for (auto& n : nodes_) n->await_ready();
+    const std::size_t started = std::min(opts_.start_count, nodes_.size());
+    for (std::size_t i = 0; i < started; ++i) nodes_[i]->spawn();
+    for (std::size_t i = 0; i < started; ++i) nodes_[i]->await_ready();
   } catch (...) {
     std::cerr << "local_cluster: a node did not start; stderr tails:\n" << log_tails() << "\n";
     for (auto& n : nodes_) n->kill9();

@@ -41,7 +41,8 @@ struct cluster_member {
 };
 
 // The cluster file of these members: one [[node]] table each, in order.
-std::string cluster_file_text(const std::vector<cluster_member>& members);
+std::string cluster_file_text(const std::vector<cluster_member>& members,
+                              std::string_view head = {});
 
 // n members n1..n<n> on 127.0.0.1 whose http port and raft ports raft + 0 ..
 // raft + k_max_test_groups - 1 were free a moment ago (each bound and
@@ -61,17 +62,29 @@ struct cluster_shard_status {
   std::uint64_t last_index = 0;
   std::string failure;  // why the shard stopped applying on that node; "" when healthy
   std::vector<std::string> topics;
+  std::vector<std::string> replicas;  // the placement: first = preferred leader
+  std::uint64_t config_version = 0;
+  bool held_here = false;           // the answering node runs this shard's group
+  std::vector<std::string> voters;  // its raft configuration's voters there (held_here)
+  // While a move runs: from ("" when nothing leaves), to, state.
+  std::string moving_from, moving_to, moving_state;
 };
 struct cluster_node_status {
   std::string id;
   std::string http;
   std::string raft;
   bool reachable = false;
+  std::string state;  // active, draining, drained, down
+  std::size_t replicas = 0;
 };
 struct cluster_status {
   std::string node;  // who answered
   std::vector<cluster_node_status> nodes;
   std::vector<cluster_shard_status> shards;
+  std::string meta_leader;
+  bool placed = false;
+  std::uint64_t moves_started = 0, moves_finished = 0, moves_cancelled = 0;
+  const cluster_node_status* node_status(std::string_view id) const;
 
   // The shard holding the topic, or nullptr.
   const cluster_shard_status* shard_of_topic(std::string_view topic) const;
@@ -105,6 +118,11 @@ class local_cluster {
     // Per member (same order), its --data-dir; "" or missing = root/<id>.
     std::vector<std::string> data_dirs;
     std::chrono::milliseconds start_timeout = std::chrono::seconds(30);
+    // Top-level keys of the cluster file ("replicas = 3\n"), before the nodes.
+    std::string file_head;
+    // Members started by the constructor: the first start_count (the others
+    // are listed in the file; restart(i) starts one).
+    std::size_t start_count = static_cast<std::size_t>(-1);
   };
 
   // Writes the cluster file and starts every node together; throws

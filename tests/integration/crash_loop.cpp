@@ -100,6 +100,16 @@ struct config {
   int cluster = 0;
   int leader_percent = 60;  // kills aimed at a topic's shard leader
   int down_max_ms = -1;     // -1: 100 alone, 1500 in a cluster
+  // --replicas R: the cluster file's `replicas` (0: not written, so every
+  // node of a file of 3 holds every shard). --moves: with the kills, the
+  // killer keeps shard moves running (POST /v1/cluster/shards/{s}/move of a
+  // random replica to a node without one), aims a third of its kills at a
+  // running move's source or target, checks after every kill and restart
+  // that each shard's group (its replicas and a move's target) has a
+  // majority up, and at the end that every shard has R replicas on distinct
+  // nodes, matching the voters its leader sees.
+  int replicas = 0;
+  bool moves = false;
   // --pipeline: workflow steps step1 -> step2 -> step3 instead of the
   // producer/consumer workload (--consumers workers per step).
   bool pipeline = false;
@@ -563,6 +573,7 @@ std::optional<config> parse_args(int argc, char** argv) {
       {"--cluster", "NODES", &c.cluster},
       {"--leader-percent", "P", &c.leader_percent},
       {"--down-max-ms", "MS", &c.down_max_ms},
+      {"--replicas", "R", &c.replicas},
   };
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -570,6 +581,10 @@ std::optional<config> parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
       return argv[++i];
     };
+    if (a == "--moves") {
+      c.moves = true;
+      continue;
+    }
     if (a == "--pipeline" || a == "--ordering") {
       (a == "--pipeline" ? c.pipeline : c.ordering) = true;
       continue;
@@ -620,6 +635,10 @@ std::optional<config> parse_args(int argc, char** argv) {
   if (c.pipeline && c.cluster > 0 && c.shards < 2) {
     std::cerr << "crash_loop: --pipeline --cluster needs --shards 2 or more (step2 -> step3"
                  " crosses shards)\n";
+    return std::nullopt;
+  }
+  if (c.moves && (c.cluster == 0 || c.replicas < 3 || c.replicas >= c.cluster)) {
+    std::cerr << "crash_loop: --moves needs --cluster N and --replicas R with 3 <= R < N\n";
     return std::nullopt;
   }
   if (c.cluster > 0 && c.rollback_at_kill > 0) {
@@ -1004,6 +1023,10 @@ std::unique_ptr<local_cluster> start_cluster(const config& cfg, std::string& why
     lo.shards = cfg.shards;
     lo.onceqd = cfg.onceqd;
     lo.root = cfg.data_dir;
+    if (cfg.replicas > 0) {
+      // dead_after_ms = 0: the kills are short; the moves are the killer's.
+      lo.file_head = "replicas = " + std::to_string(cfg.replicas) + "\ndead_after_ms = 0\n";
+    }
     lc = std::make_unique<local_cluster>(std::move(lo));
   } catch (const std::exception& e) {
     why = std::string("the cluster did not start: ") + e.what();
@@ -1101,7 +1124,15 @@ class cluster_killer {
       const std::string leader = lc_.leader_of(topic);
       const int li = lc_.index_of(leader);
       std::size_t victim = 0;
-      if (aim_at_leader && li >= 0) {
+      int mover = -1;  // a running move's source or target, when aimed at
+      if (cfg_.moves) {
+        start_move();
+        if (rng_() % 3 == 0) mover = move_end();
+      }
+      if (mover >= 0) {
+        victim = static_cast<std::size_t>(mover);
+        ++move_kills_;
+      } else if (aim_at_leader && li >= 0) {
         victim = static_cast<std::size_t>(li);
       } else {
         std::vector<std::size_t> followers;
@@ -1135,12 +1166,71 @@ class cluster_killer {
   }
 
   std::vector<std::string> figure_lines() const {
-    return {
+    std::vector<std::string> out = {
         "nodes                       " + std::to_string(lc_.size()) + " (" + lc_.root() + ")",
         "kills of a shard leader     " + std::to_string(leader_kills_) + " (failover " +
             spread(failovers_) + " over " + std::to_string(failovers_.size()) + " measured)",
         "restart until ready         " + spread(restarts_),
     };
+    if (cfg_.moves) {
+      out.push_back("moves asked / accepted      " + std::to_string(moves_asked_) + " / " +
+                    std::to_string(moves_accepted_));
+      out.push_back("kills of a move's end       " + std::to_string(move_kills_));
+      out.push_back("majority checks             " + std::to_string(majority_checks_));
+    }
+    return out;
+  }
+
+  // --moves, after the drain: waits until no move runs (60 s), then checks
+  // that every shard has cfg.replicas replicas on distinct nodes and that
+  // its leader's voters are exactly those. Violations go to o.unexpected
+  // as "placement: ...".
+  void check_placement(run_outcome& o) {
+    if (!cfg_.moves) return;
+    std::optional<cluster_status> st;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      st = any_status();
+      bool busy = !st;
+      for (const auto& sh : st ? st->shards : std::vector<cluster_shard_status>{}) {
+        busy = busy || !sh.moving_to.empty();
+      }
+      if (!busy) break;
+      std::this_thread::sleep_for(200ms);
+    }
+    if (!st) {
+      o.unexpected.push_back("placement: no node answered GET /v1/cluster");
+      return;
+    }
+    for (const auto& sh : st->shards) {
+      const std::string where = "placement: shard " + std::to_string(sh.shard);
+      if (!sh.moving_to.empty()) o.unexpected.push_back(where + ": a move still runs after 60 s");
+      std::set<std::string> distinct(sh.replicas.begin(), sh.replicas.end());
+      if (sh.replicas.size() != static_cast<std::size_t>(cfg_.replicas) ||
+          distinct.size() != sh.replicas.size()) {
+        o.unexpected.push_back(where + ": " + std::to_string(sh.replicas.size()) + " replicas, " +
+                               std::to_string(distinct.size()) + " distinct");
+      }
+      // The leader's own view: its raft configuration's voters.
+      bool matched = false;
+      for (int attempt = 0; attempt < 50 && !matched; ++attempt) {
+        if (attempt > 0) std::this_thread::sleep_for(200ms);
+        const int li = lc_.index_of(sh.leader);
+        if (li < 0 || !lc_.alive(static_cast<std::size_t>(li))) continue;
+        auto ls = lc_.status(static_cast<std::size_t>(li));
+        const auto* own = ls ? ls->shard(sh.shard) : nullptr;
+        if (own == nullptr || own->leader != sh.leader) continue;
+        std::set<std::string> voters(own->voters.begin(), own->voters.end());
+        matched = voters == distinct;
+        if (!matched && attempt == 49) {
+          std::string v;
+          for (const auto& x : own->voters) v += x + " ";
+          o.unexpected.push_back(where + ": the leader's voters are " + v +
+                                 "but the placement lists another set");
+        }
+      }
+      if (!matched) o.unexpected.push_back(where + ": no leader confirmed its voters");
+    }
   }
 
   std::string setup_error;
@@ -1188,8 +1278,97 @@ class cluster_killer {
       std::this_thread::sleep_for(50ms);
     }
     std::this_thread::sleep_until(std::max(killed_at + down, std::chrono::steady_clock::now()));
-    return restart(i);
+    check_majority();
+    if (!restart(i)) return false;
+    check_majority();
+    return true;
   }
+
+  // GET /v1/cluster from a live node that has the placement.
+  std::optional<cluster_status> any_status() {
+    for (std::size_t k = 0; k < lc_.size(); ++k) {
+      const std::size_t i = (k + rng_() % lc_.size()) % lc_.size();
+      if (!lc_.alive(i)) continue;
+      auto st = lc_.status(i);
+      if (st && st->placed) return st;
+    }
+    return std::nullopt;
+  }
+
+  // --moves: asks for a move of a random replica of a random shard that has
+  // none running, to a live node that does not hold it.
+  void start_move() {
+    auto st = any_status();
+    if (!st) return;
+    std::vector<const cluster_shard_status*> idle;
+    for (const auto& sh : st->shards) {
+      if (sh.moving_to.empty() && !sh.replicas.empty()) idle.push_back(&sh);
+    }
+    if (idle.empty()) return;
+    const auto* sh = idle[rng_() % idle.size()];
+    std::vector<std::string> targets;
+    for (std::size_t i = 0; i < lc_.size(); ++i) {
+      const std::string& id = lc_.member(i).id;
+      if (lc_.alive(i) &&
+          std::find(sh->replicas.begin(), sh->replicas.end(), id) == sh->replicas.end()) {
+        targets.push_back(id);
+      }
+    }
+    if (targets.empty()) return;
+    const std::string from = sh->replicas[rng_() % sh->replicas.size()];
+    const std::string to = targets[rng_() % targets.size()];
+    ++moves_asked_;
+    for (std::size_t k = 0; k < lc_.size(); ++k) {
+      if (!lc_.alive(k)) continue;
+      auto r = lc_.request(k, "POST", "/v1/cluster/shards/" + std::to_string(sh->shard) + "/move",
+                           json{{"from", from}, {"to", to}}.dump());
+      if (r && r->status == 202) ++moves_accepted_;
+      if (r && r->status != 503) return;  // 409: a move started meanwhile, or a stale view
+    }
+  }
+
+  // --moves: a running move's source or target (member index), or -1.
+  int move_end() {
+    auto st = any_status();
+    if (!st) return -1;
+    std::vector<int> ends;
+    for (const auto& sh : st->shards) {
+      if (sh.moving_to.empty()) continue;
+      for (const auto& id : {sh.moving_from, sh.moving_to}) {
+        const int i = lc_.index_of(id);
+        if (i >= 0 && lc_.alive(static_cast<std::size_t>(i))) ends.push_back(i);
+      }
+    }
+    return ends.empty() ? -1 : ends[rng_() % ends.size()];
+  }
+
+  // --moves: every shard's group (its replicas, and a running move's
+  // target) has a majority of its nodes up.
+  void check_majority() {
+    if (!cfg_.moves) return;
+    auto st = any_status();
+    if (!st) return;
+    ++majority_checks_;
+    for (const auto& sh : st->shards) {
+      std::set<std::string> group(sh.replicas.begin(), sh.replicas.end());
+      if (!sh.moving_to.empty()) group.insert(sh.moving_to);
+      std::size_t up = 0;
+      for (const auto& id : group) {
+        const int i = lc_.index_of(id);
+        if (i >= 0 && lc_.alive(static_cast<std::size_t>(i))) ++up;
+      }
+      if (group.empty() || up * 2 <= group.size()) {
+        majority_lost_.push_back("shard " + std::to_string(sh.shard) + ": " + std::to_string(up) +
+                                 " of " + std::to_string(group.size()) + " nodes of its group up");
+      }
+    }
+  }
+
+ public:
+  std::vector<std::string> majority_lost_;
+
+ private:
+  int moves_asked_ = 0, moves_accepted_ = 0, move_kills_ = 0, majority_checks_ = 0;
 
   const config& cfg_;
   local_cluster& lc_;
@@ -1260,6 +1439,8 @@ int run_cluster(config cfg) {
   if (killer.setup_error.empty()) o.drain_ok = drain(get, cfg);
   w.stop_consuming();
   auto result = w.collect();
+  if (killer.setup_error.empty()) killer.check_placement(o);
+  for (const auto& m : killer.majority_lost_) o.unexpected.push_back("majority: " + m);
 
   // One more kill, of the leader, before reading the keys: the commits must
   // survive it too.

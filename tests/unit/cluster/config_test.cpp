@@ -106,20 +106,44 @@ TEST(cluster_config_test, refuses_syntax_errors_with_line_and_column) {
 
 TEST(cluster_config_test, refuses_a_file_without_nodes_or_with_too_many) {
   EXPECT_EQ(refused(""), "cluster.toml: needs at least one [[node]]");
-  std::string eight;
-  for (int i = 1; i <= 8; ++i) {
-    eight += one_node("n" + std::to_string(i), "127.0.0.1:" + std::to_string(8080 + i),
-                      "127.0.0.1:" + std::to_string(7000 + 100 * i));
+  std::string seventeen;
+  for (int i = 1; i <= 17; ++i) {
+    seventeen += one_node("n" + std::to_string(i), "127.0.0.1:" + std::to_string(8080 + i),
+                          "127.0.0.1:" + std::to_string(7000 + 100 * i));
   }
-  EXPECT_EQ(refused(eight), "cluster.toml: 8 nodes; at most 7");
+  EXPECT_EQ(refused(seventeen), "cluster.toml: 17 nodes; at most 16");
   EXPECT_EQ(refused("node = 3\n"), "cluster.toml: node: expected [[node]] tables");
 }
 
 TEST(cluster_config_test, refuses_unknown_keys) {
   EXPECT_EQ(refused("nodes = []\n" + one_node("n1", "h:1", "h:2")),
-            "cluster.toml: nodes: unknown key (a cluster file holds [[node]] tables)");
+            "cluster.toml: nodes: unknown key (a cluster file holds replicas, dead_after_ms and "
+            "[[node]] tables)");
   EXPECT_EQ(refused(one_node("n1", "h:1", "h:2") + "weight = 2\n"),
             "cluster.toml: node 1: weight: unknown key (expected id, http, raft)");
+}
+
+TEST(cluster_config_test, reads_replicas_and_dead_after_ms) {
+  auto c = cluster_config::parse(one_node("n1", "h:1", "h:2") + one_node("n2", "h:3", "h:4"),
+                                 "cluster.toml", "n1");
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->replicas(), k_default_replicas);
+  EXPECT_EQ(c->replicas_of(), 2u);  // capped at the nodes
+  EXPECT_TRUE(c->full_replication());
+  EXPECT_EQ(c->dead_after_ms(), k_default_dead_after_ms);
+  c = cluster_config::parse("replicas = 1\ndead_after_ms = 0\n" + one_node("n1", "h:1", "h:2") +
+                                one_node("n2", "h:3", "h:4"),
+                            "cluster.toml", "n1");
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->replicas_of(), 1u);
+  EXPECT_FALSE(c->full_replication());
+  EXPECT_EQ(c->dead_after_ms(), 0u);
+  EXPECT_EQ(refused("replicas = 0\n" + one_node("n1", "h:1", "h:2")),
+            "cluster.toml: replicas: expected an integer from 1 to 7");
+  EXPECT_EQ(refused("replicas = \"3\"\n" + one_node("n1", "h:1", "h:2")),
+            "cluster.toml: replicas: expected an integer from 1 to 7");
+  EXPECT_EQ(refused("dead_after_ms = -1\n" + one_node("n1", "h:1", "h:2")),
+            "cluster.toml: dead_after_ms: expected an integer >= 0 (0: never)");
 }
 
 TEST(cluster_config_test, refuses_missing_and_mistyped_fields) {

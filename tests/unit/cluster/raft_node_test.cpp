@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -187,6 +188,8 @@ class cluster_test : public ::testing::Test {
     o.connect_retry_delay_ms = 50;
     o.snapshot_threshold = snapshot_threshold_;
     o.snapshot_trailing = snapshot_trailing_;
+    // A promotion of a node that does not answer gives up after 1 s.
+    o.max_catch_up_round_ms = 1'000;
     return o;
   }
 
@@ -224,6 +227,7 @@ class cluster_test : public ::testing::Test {
     }
     auto o = options();
     o.data_dir = data_dir(i);
+    if (specs_) o.specs = specs_(i);
     auto node = raft_node::start(config_of(i), o, sms);
     ASSERT_TRUE(node.ok()) << node.err().message;
     m.node = std::move(node).value();
@@ -333,6 +337,29 @@ class cluster_test : public ::testing::Test {
   unsigned snapshot_threshold_ = 1024;
   unsigned snapshot_trailing_ = 128;
   std::vector<member> members_;
+  // Per node: its groups' specs (raft_node_options::specs); unset: every
+  // group opened and bootstrapped with every node.
+  std::function<std::vector<group_spec>(std::size_t)> specs_;
+
+  // A raft_node call that answers through a callback, waited for.
+  template <class Call>
+  op_result call(Call c) {
+    auto p = std::make_shared<std::promise<op_result>>();
+    auto f = p->get_future();
+    auto r = c([p](op_result res) { p->set_value(std::move(res)); });
+    if (!r.ok()) return op_result{raft_errc::failed, "", "", r.err().message};
+    return wait_for(f);
+  }
+  op_result change(std::size_t i, member_change::kind op, std::uint64_t id, unsigned g = 0) {
+    return call([&](op_cb cb) { return node(i).change(g, member_change{op, id}, std::move(cb)); });
+  }
+  static std::optional<onceq::cluster::member> find_member(const group_status& s,
+                                                           std::uint64_t id) {
+    for (const auto& m : s.members) {
+      if (m.id == id) return m;
+    }
+    return std::nullopt;
+  }
 };
 
 TEST_F(cluster_test, leader_applies_bursts_from_many_threads_in_one_order_everywhere) {
@@ -1029,6 +1056,80 @@ TEST_F(replica_cluster_test, a_replica_far_behind_is_brought_up_to_date_by_a_sna
   EXPECT_TRUE(eventually([&] { return status_of(f).snapshots_restored >= 1; }))
       << "n" << f + 1 << " caught up without a snapshot";
   expect_same_state(*l);
+}
+
+// A shard move, as the placement agent makes it: a node outside the group
+// (dormant, then opened without a bootstrap) is added, caught up by raft
+// before it votes (0.15's promotion rounds), and another member removed;
+// the removed node closes the group and wipes its directory.
+TEST_F(cluster_test, a_move_adds_a_node_catches_it_up_before_it_votes_and_removes_another) {
+  make_cluster(4, 1);
+  specs_ = [](std::size_t i) {
+    group_spec s;
+    if (i < 3) {
+      s.bootstrap = {onceq::cluster::member{1}, onceq::cluster::member{2},
+                     onceq::cluster::member{3}};
+    } else {
+      s.open = false;
+    }
+    return std::vector<group_spec>{s};
+  };
+  start_all();
+  auto l = leader(0, 10s);
+  ASSERT_TRUE(l) << "no leader";
+  ASSERT_LT(*l, 3u);
+  EXPECT_FALSE(status_of(3).open);
+  EXPECT_EQ(status_of(*l).members.size(), 3u);
+  // A dormant group answers not_leader, knowing no leader.
+  auto dormant = propose(3, "x");
+  EXPECT_EQ(dormant.code, raft_errc::not_leader);
+  EXPECT_EQ(dormant.leader, "");
+
+  const auto first = names("a", 0, 300);
+  propose_all(*l, first);
+  ASSERT_TRUE(call([&](op_cb cb) { return node(3).open_group(0, {}, std::move(cb)); }).ok());
+  EXPECT_TRUE(status_of(3).open);
+
+  auto added = change(*l, member_change::kind::add, 4);
+  ASSERT_TRUE(added.ok()) << added.message;
+  auto as_added = find_member(status_of(*l), 4);
+  ASSERT_TRUE(as_added);
+  EXPECT_EQ(as_added->role, member_role::spare);
+  const std::uint64_t before = status_of(*l).last_index;
+  auto promoted = change(*l, member_change::kind::promote, 4);
+  ASSERT_TRUE(promoted.ok()) << promoted.message;
+  // Caught up before it was made a voter: its log held the leader's when
+  // the promotion was asked.
+  EXPECT_GE(status_of(3).last_index, before);
+  EXPECT_EQ(find_member(status_of(*l), 4)->role, member_role::voter);
+
+  // Remove a member that does not lead (the leader hands over first in the
+  // agent; here a follower goes).
+  const std::size_t gone = (*l + 1) % 3;
+  auto removed = change(*l, member_change::kind::remove, gone + 1);
+  ASSERT_TRUE(removed.ok()) << removed.message;
+  EXPECT_FALSE(find_member(status_of(*l), gone + 1));
+  const auto more = names("b", 0, 50);
+  propose_all(*l, more);
+  auto want = first;
+  want.insert(want.end(), more.begin(), more.end());
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (i == gone) continue;
+    EXPECT_TRUE(eventually([&] { return machine(i).entries() == want; })) << "node n" << i + 1;
+  }
+  // The removed node leaves: its group closed, its directory wiped.
+  ASSERT_TRUE(call([&](op_cb cb) { return node(gone).close_group(0, true, std::move(cb)); }).ok());
+  EXPECT_FALSE(status_of(gone).open);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(data_dir(gone)) / "raft" / "0"));
+  // One change at a time, and a node raft cannot reach is not promoted:
+  // the catch-up gives up.
+  stop(gone);
+  auto add_back = change(*l, member_change::kind::add, gone + 1);
+  ASSERT_TRUE(add_back.ok()) << add_back.message;
+  auto promote_dead = change(*l, member_change::kind::promote, gone + 1);
+  EXPECT_FALSE(promote_dead.ok());
+  EXPECT_NE(find_member(status_of(*l), gone + 1)->role, member_role::voter);
+  propose_all(*l, names("c", 0, 10));
 }
 
 }  // namespace

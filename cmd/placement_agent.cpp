@@ -1,0 +1,353 @@
+#include "cmd/placement_agent.hpp"
+
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "base/log.hpp"
+
+namespace onceq::cmd {
+
+namespace {
+
+constexpr std::string_view k_log = "placement";
+// How long a proposal to the meta group may take to be applied here.
+constexpr auto k_submit_timeout = std::chrono::seconds(5);
+
+using cluster::member;
+using cluster::member_change;
+using cluster::member_role;
+using cluster::meta_command;
+using cluster::raft_id;
+
+const member* find(const std::vector<member>& conf, raft_id id) {
+  for (const auto& m : conf) {
+    if (m.id == id) return &m;
+  }
+  return nullptr;
+}
+
+bool holds(const std::vector<raft_id>& ids, raft_id id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+placement_agent::placement_agent(const cluster::cluster_config& cfg, cluster::raft_node& raft,
+                                 cluster::meta_machine& meta, unsigned meta_group, options opts,
+                                 const clock& time, send_fn send)
+    : cfg_(cfg),
+      raft_(raft),
+      meta_(meta),
+      meta_group_(meta_group),
+      opts_(std::move(opts)),
+      clock_(time),
+      send_(std::move(send)),
+      self_(cfg.self_raft_id()),
+      work_(meta_group) {}
+
+placement_agent::~placement_agent() {
+  stop();
+}
+
+void placement_agent::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void placement_agent::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void placement_agent::run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      tick();
+    } catch (const std::exception& e) {
+      log(log_level::error, k_log, "placement tick failed", {{"error", e.what()}});
+    }
+    lock.lock();
+    wake_.wait_for(lock, opts_.tick, [this] { return stopping_; });
+  }
+}
+
+result<void> placement_agent::submit_local(const std::string& entry) {
+  auto done = std::make_shared<std::promise<cluster::op_result>>();
+  auto answer = done->get_future();
+  auto queued = raft_.propose(meta_group_, entry,
+                              [done](cluster::op_result r) { done->set_value(std::move(r)); });
+  if (!queued.ok()) return std::move(queued).err();
+  if (answer.wait_for(k_submit_timeout) != std::future_status::ready) {
+    return make_error(errc::unavailable, "the meta group did not apply the change in time");
+  }
+  cluster::op_result r = answer.get();
+  if (r.code == cluster::raft_errc::not_leader) {
+    error e = make_error(errc::unavailable,
+                         r.leader.empty() ? std::string("the meta group has no leader")
+                                          : fmt::format("the meta group is led by {}", r.leader));
+    if (auto id = cfg_.raft_id_of(r.leader)) e.leader = static_cast<unsigned>(*id);
+    e.retry_after_ms = 1'000;
+    return e;
+  }
+  if (!r.ok()) return make_error(errc::unavailable, fmt::format("meta group: {}", r.message));
+  if (r.reply != cluster::k_meta_ok) return make_error(errc::failed_precondition, r.reply);
+  return {};
+}
+
+result<void> placement_agent::submit(const meta_command& c) {
+  const std::string entry = cluster::encode(c);
+  if (raft_.leads(meta_group_)) return submit_local(entry);
+  auto st = raft_.status(meta_group_);
+  if (!st.ok() || st->leader.empty() || st->leader == cfg_.self().id) {
+    error e =
+        make_error(errc::unavailable, "the meta group has no leader (an election is under way)");
+    e.retry_after_ms = 1'000;
+    return e;
+  }
+  return send_(st->leader, entry);
+}
+
+std::uint64_t placement_agent::leader_hint(unsigned g) const {
+  const cluster::meta_state s = meta_.state();
+  if (g >= s.shards.size()) return 0;
+  const auto& e = s.shards[g];
+  raft_id hint = e.leader;
+  if (hint == 0 || hint == self_ || !holds(e.replicas, hint)) {
+    hint = 0;
+    for (raft_id r : e.replicas) {
+      if (r != self_) {
+        hint = r;
+        break;
+      }
+    }
+  }
+  return hint;
+}
+
+void placement_agent::tick() {
+  const std::uint64_t now = static_cast<std::uint64_t>(clock_.now_ms());
+  const cluster::meta_state s = meta_.state();
+  if (auto ms = raft_.status(meta_group_); ms.ok()) control(s, *ms, now);
+  for (unsigned g = 0; g < meta_group_ && g < s.shards.size(); ++g) reconcile(g, s, now);
+}
+
+void placement_agent::control(const cluster::meta_state& s, const cluster::group_status& ms,
+                              std::uint64_t now) {
+  if (!ms.is_leader || !ms.leader_ready) {
+    meta_term_ = 0;
+    return;
+  }
+  if (meta_term_ != ms.term) {
+    // A new term: the leader listens to every node afresh before it calls
+    // one down.
+    meta_term_ = ms.term;
+    live_.leader_since_ms = now;
+    live_.last_heard_ms.assign(cfg_.nodes().size(), 0);
+  }
+  for (const auto& name : ms.heard) {
+    if (auto id = cfg_.raft_id_of(name); id && *id >= 1 && *id <= live_.last_heard_ms.size()) {
+      live_.last_heard_ms[*id - 1] = now;
+    }
+  }
+  live_.last_heard_ms[self_ - 1] = now;
+  for (const meta_command& c : cluster::plan(s, live_, now, opts_.placement)) {
+    if (auto r = submit(c); !r.ok()) {
+      log(log_level::warn, k_log, "a placement change was not applied",
+          {{"entry", cluster::encode(c)}, {"error", r.err().message}});
+      break;  // the next tick plans again from what was applied
+    }
+    log(log_level::info, k_log, "placement changed", {{"entry", cluster::encode(c)}});
+  }
+}
+
+void placement_agent::begin(unsigned g, std::uint64_t now) {
+  std::lock_guard lock(work_mu_);
+  work_[g].busy = true;
+  work_[g].next_try_ms = now;
+}
+
+void placement_agent::end(unsigned g, const cluster::op_result& r, std::string_view what) {
+  const std::uint64_t now = static_cast<std::uint64_t>(clock_.now_ms());
+  {
+    std::lock_guard lock(work_mu_);
+    work_[g].busy = false;
+    if (!r.ok()) {
+      work_[g].next_try_ms = now + static_cast<std::uint64_t>(opts_.retry_after.count());
+    }
+  }
+  if (!r.ok()) {
+    log(log_level::info, k_log, "a placement step did not happen; it is tried again",
+        {log_number("shard", g), {"step", std::string(what)}, {"reason", r.message}});
+  } else {
+    log(log_level::info, k_log, "placement step done",
+        {log_number("shard", g), {"step", std::string(what)}});
+  }
+  wake_.notify_all();
+}
+
+cluster::op_cb placement_agent::done_cb(unsigned g, std::string what) {
+  return [this, g, what = std::move(what)](cluster::op_result r) { end(g, r, what); };
+}
+
+void placement_agent::reconcile(unsigned g, const cluster::meta_state& s, std::uint64_t now) {
+  {
+    std::lock_guard lock(work_mu_);
+    if (work_[g].busy || now < work_[g].next_try_ms) return;
+  }
+  auto got = raft_.status(g);
+  if (!got.ok()) return;
+  const cluster::group_status& st = *got;
+  const cluster::shard_entry& e = s.shards[g];
+  const bool full = cfg_.full_replication();
+  if (!s.placed) {
+    // Before the first placement only a file whose every node holds every
+    // shard runs its groups (opened at start).
+    return;
+  }
+  const bool replica = holds(e.replicas, self_);
+  const bool target = e.moving && e.moving->to == self_;
+  if ((replica || target) && !st.open) {
+    // The first placement bootstraps its replicas; a move's target (or a
+    // replica whose directory was lost) waits for the leader to add it.
+    std::vector<member> boot;
+    if (replica && e.version == 1 && !full) {
+      for (raft_id r : e.replicas) boot.push_back(member{r, member_role::voter});
+    }
+    begin(g, now);
+    if (auto r = raft_.open_group(g, std::move(boot), done_cb(g, "open")); !r.ok()) {
+      end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "open");
+    }
+    return;
+  }
+  if (!replica && !target && st.open && !full) {
+    // The placement moved the shard away: the move that did so was
+    // committed after raft removed this node from the group.
+    begin(g, now);
+    if (auto r = raft_.close_group(g, true, done_cb(g, "close and wipe")); !r.ok()) {
+      end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "close");
+    }
+    return;
+  }
+  if (!st.is_leader || !st.leader_ready) return;
+  bool report = false;
+  {
+    std::lock_guard lock(work_mu_);
+    if ((e.leader != self_ || e.leader_term < st.term) && work_[g].reported_term != st.term) {
+      work_[g].reported_term = st.term;
+      report = true;
+    }
+  }
+  if (report) {
+    meta_command c;
+    c.op = meta_command::kind::leader;
+    c.shard = g;
+    c.node = self_;
+    c.term = st.term;
+    if (auto r = submit(c); !r.ok() && r.code() != errc::failed_precondition) {
+      std::lock_guard lock(work_mu_);
+      work_[g].reported_term = 0;  // tried again next tick
+    }
+  }
+  drive(g, e, st, now);
+}
+
+void placement_agent::drive(unsigned g, const cluster::shard_entry& e,
+                            const cluster::group_status& st, std::uint64_t now) {
+  const auto& conf = st.members;
+  if (conf.empty()) return;
+  auto change = [&](member_change::kind op, raft_id id, std::string what) {
+    begin(g, now);
+    if (auto r = raft_.change(g, member_change{op, id}, done_cb(g, what)); !r.ok()) {
+      end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, what);
+    }
+  };
+  auto hand_over = [&](raft_id to, std::string what) {
+    {
+      std::lock_guard lock(work_mu_);
+      if (now <
+          work_[g].last_transfer_ms + static_cast<std::uint64_t>(opts_.transfer_every.count()))
+        return;
+      work_[g].last_transfer_ms = now;
+    }
+    const cluster::node_config* n = cfg_.node_of(to);
+    begin(g, now);
+    if (auto r = raft_.transfer(g, n != nullptr ? n->id : std::string(), done_cb(g, what));
+        !r.ok()) {
+      end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, what);
+    }
+  };
+  auto record = [&](meta_command c) {
+    if (auto r = submit(c); !r.ok()) {
+      log(log_level::info, k_log, "a move's step was not recorded",
+          {log_number("shard", g), {"entry", cluster::encode(c)}, {"error", r.err().message}});
+      std::lock_guard lock(work_mu_);
+      work_[g].next_try_ms = now + static_cast<std::uint64_t>(opts_.retry_after.count());
+    }
+  };
+
+  if (e.moving) {
+    const cluster::shard_move& m = *e.moving;
+    if (m.state == cluster::move_state::adding) {
+      const member* to = find(conf, m.to);
+      if (to == nullptr) return change(member_change::kind::add, m.to, "add the target");
+      if (to->role != member_role::voter) {
+        return change(member_change::kind::promote, m.to, "catch the target up and promote it");
+      }
+      meta_command c;
+      c.op = meta_command::kind::move_step;
+      c.shard = g;
+      c.version = e.version;
+      c.step = cluster::move_state::removing;
+      return record(c);
+    }
+    if (m.from != 0 && find(conf, m.from) != nullptr) {
+      if (m.from == self_) return hand_over(m.to, "hand the leadership to the target");
+      return change(member_change::kind::remove, m.from, "remove the source");
+    }
+    meta_command c;
+    c.op = meta_command::kind::move_done;
+    c.at_ms = now;
+    c.shard = g;
+    c.version = e.version;
+    c.from = m.from;
+    c.to = m.to;
+    c.replicas = e.replicas;
+    auto at = std::find(c.replicas.begin(), c.replicas.end(), m.from);
+    if (m.from != 0 && at != c.replicas.end()) {
+      *at = m.to;
+    } else {
+      c.replicas.push_back(m.to);
+    }
+    return record(c);
+  }
+  // No move: a member the placement does not list (a cancelled move's
+  // target) leaves the group.
+  for (const member& m : conf) {
+    if (holds(e.replicas, m.id)) continue;
+    if (m.id == self_)
+      return hand_over(e.replicas.empty() ? 0 : e.replicas.front(), "hand over before leaving");
+    return change(member_change::kind::remove, m.id, "remove a member the placement does not list");
+  }
+  // The preferred leader, when it is a voter here and this node is not it.
+  if (!e.replicas.empty() && e.replicas.front() != self_) {
+    const member* pref = find(conf, e.replicas.front());
+    const bool heard =
+        std::find(st.heard.begin(), st.heard.end(),
+                  cfg_.node_of(e.replicas.front()) ? cfg_.node_of(e.replicas.front())->id
+                                                   : std::string()) != st.heard.end();
+    if (pref != nullptr && pref->role == member_role::voter && heard) {
+      hand_over(e.replicas.front(), "hand the leadership to the preferred leader");
+    }
+  }
+}
+
+}  // namespace onceq::cmd
