@@ -21,4 +21,4 @@ BUILD_DIR="$build_dir" bash scripts/sanitize-build.sh
 # onceqd starts several times slower, so under ASan they measure the
 # machine, not onceq. The packaging test packs the release binaries.
 ctest --test-dir "$build_dir" --output-on-failure \
-  -E 'crash_loop_(test|two_shards_test|catches_rollback|pipeline|ordering)' -LE 'packaging|cluster_pipeline'
+  -E 'crash_loop_(test|two_shards_test|catches_rollback|pipeline|ordering|cluster_moves)' -LE 'packaging|cluster_pipeline'

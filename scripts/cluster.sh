@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A 3-node onceqd cluster on 127.0.0.1 for trying things out.
+# An onceqd cluster on 127.0.0.1 for trying things out (3 nodes by default).
 #   scripts/cluster.sh start     write DIR/cluster.toml, start the nodes, wait for leaders
 #   scripts/cluster.sh stop      SIGTERM the nodes started here (SIGKILL after a grace)
 #   scripts/cluster.sh status    each node's pid and whether it lives, then GET /v1/cluster
 #   scripts/cluster.sh clean     stop, then remove DIR
 # Node i (1-based) serves its API on HTTP_PORT + i - 1 and speaks Raft on
-# RAFT_PORT + 10 * (i - 1) (group g on that + g, so --shards up to 10 fit).
+# RAFT_PORT + 10 * (i - 1) (group g on that + g, and the meta group on
+# that + shards, so --shards up to 9 fit).
 # Data, logs (nI.log) and pid files (nI.pid) live in DIR; a restart reuses
 # the data. Only PIDs from DIR's pid files are ever signalled, and only if
 # that process is still an onceqd started with this DIR's cluster file.
@@ -15,6 +16,8 @@
 #                      scripts/build.sh onceqd only if BUILD_DIR/cmd/onceqd is missing
 #   ONCEQD             the onceqd binary (default BUILD_DIR/cmd/onceqd)
 #   NODES              number of nodes (default 3)
+#   REPLICAS           the cluster file's replicas: nodes holding each shard
+#                      (default: not written, onceqd's 3)
 #   HTTP_PORT          first API port (default 8081)
 #   RAFT_PORT          first Raft port (default 7081)
 #   HOST               address every node listens on (default 127.0.0.1)
@@ -29,6 +32,7 @@ dir="${ONCEQ_CLUSTER_DIR:-/tmp/onceq-cluster}"
 build_dir="${BUILD_DIR:-build}"
 onceqd="${ONCEQD:-$build_dir/cmd/onceqd}"
 nodes="${NODES:-3}"
+replicas="${REPLICAS:-}"
 http_port="${HTTP_PORT:-8081}"
 raft_port="${RAFT_PORT:-7081}"
 host="${HOST:-127.0.0.1}"
@@ -97,6 +101,7 @@ start() {
   onceqd="$(realpath "$onceqd")"
   mkdir -p "$dir"
   : >"$dir/cluster.toml"
+  if [ -n "$replicas" ]; then printf 'replicas = %s\n\n' "$replicas" >>"$dir/cluster.toml"; fi
   for i in $(seq 1 "$nodes"); do
     printf '[[node]]\nid = "%s"\nhttp = "%s"\nraft = "%s"\n\n' \
       "$(node_id "$i")" "$(node_http "$i")" "$(node_raft "$i")" >>"$dir/cluster.toml"

@@ -35,5 +35,5 @@ export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:sup
 # The crash loops count kills per wall-clock second (too slow under TSan);
 # the packaging test packs release binaries.
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" \
-  -E 'crash_loop_(test|two_shards_test|catches_rollback|pipeline|ordering)' -LE packaging \
+  -E 'crash_loop_(test|two_shards_test|catches_rollback|pipeline|ordering|cluster_moves)' -LE packaging \
   ${1:+-R "$1"}

@@ -17,6 +17,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -458,6 +459,132 @@ TEST_F(cluster_partition,
   ASSERT_TRUE(r.has_value()) << "no answer within 20 s (" << error << ")";
   EXPECT_LT(took, 10'000);
   EXPECT_NE(r->status / 100, 2u) << "the leader is unreachable: " << r->body;
+}
+
+}  // namespace
+}  // namespace onceq::itest
+
+namespace onceq::itest {
+namespace {
+
+constexpr std::string_view k_move_topic = "pmove";
+
+// Four nodes, replicas = 3, one shard: a move of the shard to the fourth
+// node is asked, and at once its leader is cut off from every other node.
+// The cut-off leader is alone: no majority of the group, whatever point the
+// move reached (3 members, or 4 with the target), so writes sent to it get
+// no 2xx. The other side elects a leader, the move finishes there, and
+// writes go on; after healing nothing answered is lost or doubled.
+class cluster_partition_move : public cluster_test {
+ protected:
+  cluster_partition_move() : cluster_test(k_move_topic) {}
+
+  void SetUp() override {
+    const std::string why = netns_lab::unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    lab_ = std::make_unique<netns_lab>(4);
+    local_cluster::options o;
+    for (int i = 0; i < lab_->size(); ++i) {
+      o.members.push_back({"n" + std::to_string(i + 1), lab_->address(i), 8080, 7000});
+      o.command_prefixes.push_back(lab_->exec_prefix(i));
+    }
+    o.shards = 1;
+    o.file_head = "replicas = 3\ndead_after_ms = 0\n";
+    start_cluster(std::move(o), 11);
+  }
+
+  void TearDown() override {
+    cluster_test::TearDown();
+    lab_.reset();
+  }
+
+  std::unique_ptr<netns_lab> lab_;
+};
+
+TEST_F(cluster_partition_move, the_side_without_a_majority_of_a_moving_shard_answers_no_2xx) {
+  // Placed, led, and the topic there.
+  std::optional<cluster_status> st;
+  for (int attempt = 0; attempt < 300; ++attempt) {
+    st = cluster_->status(static_cast<std::size_t>(attempt % 4), 1s);
+    if (st && st->placed && st->shard(0) && st->shard(0)->replicas.size() == 3 &&
+        !st->shard(0)->leader.empty())
+      break;
+    st.reset();
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(st) << "the shard was not placed and led within 30 s";
+  ASSERT_TRUE(api_->create_topic(k_move_topic, k_group));
+  std::map<std::string, bool> answered;
+  auto produce = [&](const std::vector<int>& nodes, const std::string& id, auto limit) {
+    auto r = api_->send_retry(nodes, "POST", "/v1/produce",
+                              cluster_api::produce_body(k_move_topic, id, "k-" + id),
+                              cluster_api::produce_headers(id), limit);
+    if (r && r->status == 200) answered[id] = true;
+    return r;
+  };
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(produce(api_->all(), "before-" + std::to_string(i), 20s));
+
+  st = cluster_->status(0, 2s);
+  ASSERT_TRUE(st);
+  const auto replicas = st->shard(0)->replicas;
+  std::string spare;
+  for (const auto& m : members()) {
+    if (std::find(replicas.begin(), replicas.end(), m.id) == replicas.end()) spare = m.id;
+  }
+  const std::string leader = cluster_->leader_of(k_move_topic);
+  const int L = cluster_->index_of(leader);
+  ASSERT_GE(L, 0);
+  std::string from;
+  for (const auto& r : replicas) {
+    if (r != leader) from = r;
+  }
+  ASSERT_FALSE(spare.empty());
+  auto asked = api_->send_retry(api_->all(), "POST", "/v1/cluster/shards/0/move",
+                                json{{"from", from}, {"to", spare}}, {}, 10s);
+  ASSERT_TRUE(asked);
+  ASSERT_EQ(asked->status, 202u) << asked->body;
+  lab_->isolate(L);
+  const auto cut_at = std::chrono::steady_clock::now();
+  std::cout << "partition: move of shard 0 " << from << " -> " << spare << " asked; its leader "
+            << leader << " cut off\n";
+
+  // Writes sent to the cut-off leader: never a 2xx.
+  std::set<unsigned> isolated_status;
+  for (int i = 0; ms_since(cut_at) < 6'000; ++i) {
+    auto r = api_->send(L, "POST", "/v1/produce",
+                        cluster_api::produce_body(k_move_topic, "cut-" + std::to_string(i), "x"),
+                        cluster_api::produce_headers("cut-" + std::to_string(i)));
+    if (r) isolated_status.insert(r->status);
+    EXPECT_FALSE(r && r->status >= 200 && r->status < 300)
+        << "the cut-off leader answered " << r->status << ": " << r->body;
+  }
+  // The other side: the move finishes, the shard is led and takes writes.
+  std::vector<int> majority;
+  for (int i = 0; i < 4; ++i) {
+    if (i != L) majority.push_back(i);
+  }
+  bool moved = false;
+  while (!moved && ms_since(cut_at) < 60'000) {
+    auto s = cluster_->status(static_cast<std::size_t>(majority.front()), 1s);
+    const auto* sh = s ? s->shard(0) : nullptr;
+    moved = sh != nullptr && sh->moving_to.empty() &&
+            std::find(sh->replicas.begin(), sh->replicas.end(), spare) != sh->replicas.end() &&
+            std::find(sh->replicas.begin(), sh->replicas.end(), from) == sh->replicas.end();
+    if (!moved) std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(moved) << "the move did not finish on the majority side within 60 s";
+  std::cout << "partition: the move had finished on the majority side when checked, "
+            << ms_since(cut_at) << " ms after the cut\n";
+  for (int i = 0; i < 20; ++i) {
+    auto r = produce(majority, "during-" + std::to_string(i), 20s);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+  }
+
+  lab_->heal();
+  for (int i = 0; i < 10; ++i) produce(api_->all(), "after-" + std::to_string(i), 20s);
+  drain_expecting_once(api_->all(), k_move_topic, k_group, answered);
 }
 
 }  // namespace

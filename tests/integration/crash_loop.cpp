@@ -1202,6 +1202,12 @@ class cluster_killer {
       o.unexpected.push_back("placement: no node answered GET /v1/cluster");
       return;
     }
+    o.figure_lines.push_back("moves started / finished    " + std::to_string(st->moves_started) +
+                             " / " + std::to_string(st->moves_finished) + " (" +
+                             std::to_string(st->moves_cancelled) + " cancelled)");
+    if (st->moves_finished == 0) {
+      o.unexpected.push_back("placement: no move finished during the run");
+    }
     for (const auto& sh : st->shards) {
       const std::string where = "placement: shard " + std::to_string(sh.shard);
       if (!sh.moving_to.empty()) o.unexpected.push_back(where + ": a move still runs after 60 s");
@@ -1449,7 +1455,7 @@ int run_cluster(config cfg) {
   }
   if (!killer.setup_error.empty()) return cluster_setup_failure(*lc, killer.setup_error);
 
-  o.figure_lines = killer.figure_lines();
+  for (auto& l : killer.figure_lines()) o.figure_lines.push_back(std::move(l));
   o.figure_lines.push_back("answers 503 / no answer     " + std::to_string(result.unavailable) +
                            " / " + std::to_string(result.no_answer));
   o.figure_lines.push_back("longest produce wait        " +
