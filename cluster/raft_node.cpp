@@ -559,6 +559,16 @@ bool raft_node::leads(unsigned g) const {
   return impl_->leads(g);
 }
 
+bool raft_node::opened(unsigned g) const {
+  return impl_->opened(g);
+}
+
+bool raft_node::impl::opened(unsigned g) const {
+  if (g >= groups_.size()) return false;
+  std::lock_guard lock(status_mu_);
+  return published_[g].open;
+}
+
 std::uint64_t raft_node::leader_term(unsigned g) const {
   return impl_->leader_term(g);
 }

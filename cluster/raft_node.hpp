@@ -4,8 +4,10 @@
 //
 // A group is one Raft instance of canonical raft 0.15 (raft_uv for the log,
 // the snapshots and TCP), one per shard (docs/REPLICATION.md). Every node
-// of the cluster file runs the same groups 0..groups-1; each group's voters
-// are all the nodes of the file, bootstrapped on a node's first start.
+// of the cluster file has the same groups 0..groups-1; each group runs on
+// the nodes its configuration names (options' group_spec: bootstrapped on a
+// node's first start, or joined later when its leader adds the node), and
+// is dormant on the others until open_group().
 //
 // Threads. The node owns one thread ("onceq-raft") running a libuv loop
 // that owns every raft instance; nothing else touches them. The public
@@ -290,6 +292,8 @@ class raft_node {
   // Errors: errc::invalid_argument (no group g, an id not in the file),
   // errc::unavailable (stopped).
   result<void> change(unsigned g, member_change c, op_cb cb);
+  // status(g).open, without copying the rest; false for no group g.
+  bool opened(unsigned g) const;
   // status(g).is_leader, without copying the rest; false for no group g.
   bool leads(unsigned g) const;
   // The term this node leads group g in, 0 when it does not lead it.

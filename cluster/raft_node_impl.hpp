@@ -232,6 +232,7 @@ class raft_node::impl {
   result<void> barrier(unsigned g, op_cb cb);
   result<void> read(unsigned g, bool fresh, op_cb cb);
   bool leads(unsigned g) const;
+  bool opened(unsigned g) const;
   std::uint64_t leader_term(unsigned g) const;
 
   result<void> transfer(unsigned g, std::string_view to_node, op_cb cb);

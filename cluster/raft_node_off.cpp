@@ -45,6 +45,21 @@ result<void> raft_node::rebalance() {
 result<group_status> raft_node::status(unsigned) const {
   return not_built_in();
 }
+result<void> raft_node::open_group(unsigned, std::vector<member>, op_cb) {
+  return not_built_in();
+}
+result<void> raft_node::close_group(unsigned, bool, op_cb) {
+  return not_built_in();
+}
+result<void> raft_node::change(unsigned, member_change, op_cb) {
+  return not_built_in();
+}
+bool raft_node::opened(unsigned) const {
+  return false;
+}
+std::string_view to_string(member_role r) noexcept {
+  return r == member_role::voter ? "voter" : r == member_role::standby ? "standby" : "spare";
+}
 bool raft_node::leads(unsigned) const {
   return false;
 }

@@ -131,4 +131,9 @@ storage::store_health shard_group::log_health() const {
   return {false, "replication stopped on this node: " + s->failure};
 }
 
+bool shard_group::holds() const {
+  raft_node* n = node_.load(std::memory_order_acquire);
+  return n == nullptr || n->opened(group_);
+}
+
 }  // namespace onceq::cluster

@@ -57,6 +57,7 @@ class shard_group final : public shard_log {
   // it in GET /v1/healthz. Any thread; never waits for the raft loop (it
   // reads the status the loop last published).
   storage::store_health log_health() const override;
+  bool holds() const override;
 
   // The shard's topics as of the last create, delete or snapshot applied
   // here (GET /v1/cluster). Any thread.

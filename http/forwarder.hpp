@@ -33,6 +33,9 @@ inline constexpr std::string_view k_forwarded_header = "X-Onceq-Forwarded";
 // header in which the session gives them the peer's address.
 inline constexpr std::string_view k_internal_prefix = "/v1/internal/";
 inline constexpr std::string_view k_peer_header = "X-Onceq-Peer";
+// GET /v1/topics between nodes: the one shard whose topics the asking node
+// wants (it holds no fresh copy of that shard).
+inline constexpr std::string_view k_shard_header = "X-Onceq-Shard";
 
 class forwarder {
  public:

@@ -3,11 +3,16 @@
 // document. Dispatch is in router.cpp, the message routes in
 // router_messages.cpp.
 
+#include <algorithm>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
@@ -83,15 +88,62 @@ asio::awaitable<reply> router::create_topic(call& c) {
 }
 
 asio::awaitable<reply> router::list_topics(call& c) {
-  auto r_op = gather<std::string>(
-      shards_, c.req[k_forwarded_header].empty(),
-      [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); });
-  auto r = co_await std::move(r_op);
-  if (!r.ok()) co_return error_reply(r.err(), c);
-  std::sort(r->begin(), r->end());
+  // Each shard's topics as its leader has them: read here when this node
+  // leads the shard; else (a cluster) asked of the leader, or of a node
+  // holding the shard, one request per such shard (X-Onceq-Shard). A node
+  // asked that way answers only that shard, from its own state.
+  const auto one = c.req[k_shard_header];
+  const bool asked_by_node = !one.empty() && !c.req[k_forwarded_header].empty();
+  std::vector<std::string> all;
+  auto fn = [](broker& b) -> result<std::vector<std::string>> { return b.list_topics(); };
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (asked_by_node && one != std::to_string(i)) continue;
+    auto r_op = async_query<std::vector<std::string>>(shards_.at(i), !asked_by_node, fn,
+                                                      asio::use_awaitable);
+    auto r = co_await std::move(r_op);
+    if (!r.ok() && cluster_ != nullptr && !asked_by_node && r.err().code == errc::unavailable &&
+        r.err().leader != 0) {
+      request sub = c.req;
+      sub.target("/v1/topics");
+      sub.set(k_shard_header, std::to_string(i));
+      auto ex = co_await asio::this_coro::executor;
+      auto got =
+          co_await asio::async_initiate<decltype(asio::use_awaitable), void(result<response>)>(
+              [&](auto handler) {
+                auto h = std::make_shared<decltype(handler)>(std::move(handler));
+                forwarder_->forward(sub, c.request_id, cluster_->node_at(r.err().leader),
+                                    millis{5'000}, ex,
+                                    [h](result<response> res) mutable { (*h)(std::move(res)); });
+              },
+              asio::use_awaitable);
+      if (!got.ok()) co_return error_reply(got.err(), c);
+      if (got->result_int() != 200) {
+        error e = make_error(errc::unavailable,
+                             fmt::format("shard {}: node {} answered {}", i,
+                                         cluster_->node_at(r.err().leader), got->result_int()));
+        e.retry_after_ms = opts_.retry_after_ms;
+        co_return error_reply(e, c);
+      }
+      const json body = json::parse(got->body(), nullptr, false);
+      if (!body.is_object() || !body.contains("topics") || !body.at("topics").is_array()) {
+        co_return error_reply(make_error(errc::unavailable, "a node answered no topic list"), c);
+      }
+      for (const auto& t : body.at("topics")) {
+        if (t.is_string()) all.push_back(t.get<std::string>());
+      }
+      continue;
+    }
+    if (!r.ok()) {
+      error e = r.err();
+      e.leader = 0;  // answered here (503), not forwarded as a whole
+      co_return error_reply(e, c);
+    }
+    std::move(r->begin(), r->end(), std::back_inserter(all));
+  }
+  std::sort(all.begin(), all.end());
   // A token sees the topics it covers; the list itself is no 403.
-  std::erase_if(*r, [&](const std::string& name) { return !c.grant.may_use(name); });
-  co_return json_reply(status::ok, {{"topics", *r}});
+  std::erase_if(all, [&](const std::string& name) { return !c.grant.may_use(name); });
+  co_return json_reply(status::ok, {{"topics", all}});
 }
 
 asio::awaitable<reply> router::get_topic(call& c) {
@@ -123,10 +175,13 @@ asio::awaitable<reply> router::prometheus(call& c) {
   auto r = co_await std::move(r_op);
   if (!r.ok()) co_return error_reply(r.err(), c);
   // Each shard's outbox (workflow steps): one entry per shard, in order.
-  auto o_op =
-      gather<outbox_stats>(shards_, false, [](broker& b) -> result<std::vector<outbox_stats>> {
+  const outbox_stats none{};
+  auto o_op = gather<outbox_stats>(
+      shards_, false,
+      [](broker& b) -> result<std::vector<outbox_stats>> {
         return std::vector{b.outbox_metrics()};
-      });
+      },
+      nullptr, &none);
   auto outboxes = co_await std::move(o_op);
   if (!outboxes.ok()) co_return error_reply(outboxes.err(), c);
   reply out;

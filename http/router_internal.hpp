@@ -102,12 +102,21 @@ inline reply ndjson_reply(std::string body) {
 // the request to a leader (the first shard's it does not lead), whose
 // answer (fresh: false there, the request being forwarded) is every shard
 // as that node applied it. fresh: false also for /metrics (this node's).
+// A shard this node holds no replica of (a cluster's placement put it on
+// other nodes) is skipped: it gives nothing, or `filler` when given (one
+// answer per shard expected).
 template <class T>
 asio::awaitable<result<std::vector<T>>> gather(shard_set& shards, bool fresh,
                                                std::function<result<std::vector<T>>(broker&)> fn,
-                                               std::vector<std::size_t>* per_shard = nullptr) {
+                                               std::vector<std::size_t>* per_shard = nullptr,
+                                               const T* filler = nullptr) {
   std::vector<T> all;
   for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (!shards.at(i).held()) {
+      if (per_shard != nullptr) per_shard->push_back(filler != nullptr ? 1 : 0);
+      if (filler != nullptr) all.push_back(*filler);
+      continue;
+    }
     auto op = async_query<std::vector<T>>(shards.at(i), fresh, fn, asio::use_awaitable);
     auto r = co_await std::move(op);
     // A shard led elsewhere: the router forwards the request to its leader.

@@ -86,6 +86,9 @@ class apply_path {
 
   // Whether the shard can write: its store, and its log in a cluster.
   virtual storage::store_health health() const = 0;
+  // Whether this node holds the shard's state (a cluster node may hold no
+  // replica of a shard the placement put elsewhere). Default: yes.
+  virtual bool held() const { return true; }
   // Requests whose reads needed the disk: handed to the reader thread, and
   // run on the loop with reads that may wait (metrics; 0 in a cluster).
   virtual std::uint64_t disk_reads() const = 0;

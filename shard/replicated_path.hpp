@@ -46,6 +46,7 @@ class replicated_path final : public apply_path {
   std::chrono::steady_clock::time_point wake_by(
       std::chrono::steady_clock::time_point now) const override;
   storage::store_health health() const override;
+  bool held() const override { return log_.holds(); }
   std::uint64_t disk_reads() const override { return 0; }
   std::uint64_t loop_disk_reads() const override { return 0; }
 

@@ -172,6 +172,9 @@ class shard {
   // (shard_log::log_health). Any thread.
   storage::store_health storage_health() const { return path_->health(); }
 
+  // Whether this node holds the shard (apply_path::held). Any thread.
+  bool held() const { return path_->held(); }
+
   // The store's WAL sync statistics (store::wal_sync_stats), for metrics.
   std::optional<storage::sync_stats> wal_sync_stats() const { return store_.wal_sync_stats(); }
   // Writes the loop waited for in a storage write stall (store::watch_write_stalls).

@@ -59,6 +59,11 @@ class shard_log {
   // (shard::storage_health, /v1/healthz). Any thread; never touches the
   // disk. Default: writable.
   virtual storage::store_health log_health() const { return {}; }
+
+  // Whether this node holds a replica of the group (its group runs here);
+  // a cluster node may hold none of a shard placed elsewhere. Any thread.
+  // Default: yes.
+  virtual bool holds() const { return true; }
 };
 
 }  // namespace onceq

@@ -163,6 +163,22 @@ TEST_F(cluster_placement, five_of_six_nodes_hold_three_replicas_of_each_shard_sp
 
   // Every node serves every shard: a node without a replica forwards.
   make_topics();
+  // Lists over every shard too: each node lists every topic, and its
+  // /metrics answers (with the shards it holds).
+  for (int node = 0; node < k_started; ++node) {
+    auto r = api_->send_retry({node}, "GET", "/v1/topics", nullptr, {}, 20s);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << "n" << node + 1 << ": " << r->body;
+    const auto listed = r->json().at("topics");
+    for (const auto& t : topics_) {
+      EXPECT_NE(std::find(listed.begin(), listed.end(), t), listed.end())
+          << "n" << node + 1 << " does not list " << t;
+    }
+    auto m = api_->send({node}, "GET", "/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->status, 200) << "n" << node + 1 << ": " << m->body;
+    EXPECT_NE(m->body.find("onceq_cluster_moves_started_total"), std::string::npos);
+  }
   for (int node = 0; node < k_started; ++node) {
     for (const auto& t : topics_) {
       const std::string id = "fwd-" + std::to_string(node) + "-" + t;

@@ -23,12 +23,17 @@ const std::set<std::string> k_planned = {};
 
 // Routes that may be called without a token when auth is on (the outbox
 // hand-over instead takes only a cluster member's requests).
-const std::set<std::string> k_public = {"GET /v1/healthz", "GET /v1/version",
-                                        "GET /v1/openapi.json", "GET /ui",
-                                        "POST /v1/internal/outbox_append"};
+const std::set<std::string> k_public = {"GET /v1/healthz",
+                                        "GET /v1/version",
+                                        "GET /v1/openapi.json",
+                                        "GET /ui",
+                                        "POST /v1/internal/outbox_append",
+                                        "POST /v1/internal/meta"};
 
 // Protected routes that never queue behind a shard, so never answer 429.
-const std::set<std::string> k_unthrottled = {"GET /metrics", "GET /v1/cluster"};
+const std::set<std::string> k_unthrottled = {
+    "GET /metrics", "GET /v1/cluster", "POST /v1/cluster/nodes/{id}/drain",
+    "POST /v1/cluster/rebalance", "POST /v1/cluster/shards/{shard}/move"};
 
 json load(const std::string& path) {
   std::ifstream in(path);
