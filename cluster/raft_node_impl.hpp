@@ -245,6 +245,16 @@ class raft_node::impl {
   result<void> change(unsigned g, member_change c, op_cb cb);
 
  private:
+  // What a request to a closing group gets: shutting_down when the node
+  // stops; not_leader (no leader known: the caller may go elsewhere) when
+  // this node is leaving the group (close_group).
+  op_result closing_answer(const group& g) const {
+    if (g.closing_one && !closing_all_) {
+      return fail(raft_errc::not_leader,
+                  fmt::format("group {}: this node is leaving the group", g.index));
+    }
+    return fail(raft_errc::shutting_down, "the raft node is stopping");
+  }
   // Whether group g's raft runs on this node (not dormant, not closing).
   static bool running(const group& g) { return g.raft_ready && !g.closing; }
   // After raft_close of one group (close_group): its I/O released, its

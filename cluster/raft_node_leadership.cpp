@@ -16,9 +16,7 @@ result<void> raft_node::impl::read(unsigned g, bool fresh, op_cb cb) {
   group* gp = groups_[g].get();
   return post([this, gp, fresh, cb = std::move(cb)]() mutable {
     group& grp = *gp;
-    if (grp.closing) {
-      return deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
-    }
+    if (grp.closing) return deliver(cb, closing_answer(grp));
     if (!grp.failure.empty()) {
       return deliver(cb,
                      fail(raft_errc::failed, fmt::format("group {}: {}", grp.index, grp.failure)));

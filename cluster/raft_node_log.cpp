@@ -158,7 +158,7 @@ void raft_node::impl::drain() {
 void raft_node::impl::submit(group& g, std::vector<proposal>& q) {
   if (q.empty()) return;
   if (g.closing) {
-    for (auto& p : q) deliver(p.cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+    for (auto& p : q) deliver(p.cb, closing_answer(g));
     return;
   }
   if (!g.raft_ready) {

@@ -76,7 +76,10 @@ void placement_agent::run() {
       log(log_level::error, k_log, "placement tick failed", {{"error", e.what()}});
     }
     lock.lock();
-    wake_.wait_for(lock, opts_.tick, [this] { return stopping_; });
+    // A step that finished starts the next tick at once (a move is a
+    // chain of steps).
+    wake_.wait_for(lock, opts_.tick, [this] { return stopping_ || kick_; });
+    kick_ = false;
   }
 }
 
@@ -191,6 +194,10 @@ void placement_agent::end(unsigned g, const cluster::op_result& r, std::string_v
     log(log_level::info, k_log, "placement step done",
         {log_number("shard", g), {"step", std::string(what)}});
   }
+  {
+    std::lock_guard lock(mu_);
+    kick_ = true;
+  }
   wake_.notify_all();
 }
 
@@ -286,7 +293,10 @@ void placement_agent::drive(unsigned g, const cluster::shard_entry& e,
     }
   };
   auto record = [&](meta_command c) {
-    if (auto r = submit(c); !r.ok()) {
+    if (auto r = submit(c); r.ok()) {
+      std::lock_guard lock(mu_);
+      kick_ = true;  // the next step at once
+    } else {
       log(log_level::info, k_log, "a move's step was not recorded",
           {log_number("shard", g), {"entry", cluster::encode(c)}, {"error", r.err().message}});
       std::lock_guard lock(work_mu_);

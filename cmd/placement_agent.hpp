@@ -114,6 +114,7 @@ class placement_agent {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // mu_
+  bool kick_ = false;      // mu_: tick again without waiting
   std::thread thread_;
 };
 

@@ -174,7 +174,7 @@ TEST_F(cluster_placement, five_of_six_nodes_hold_three_replicas_of_each_shard_sp
       EXPECT_NE(std::find(listed.begin(), listed.end(), t), listed.end())
           << "n" << node + 1 << " does not list " << t;
     }
-    auto m = api_->send({node}, "GET", "/metrics");
+    auto m = api_->send(node, "GET", "/metrics");
     ASSERT_TRUE(m);
     EXPECT_EQ(m->status, 200) << "n" << node + 1 << ": " << m->body;
     EXPECT_NE(m->body.find("onceq_cluster_moves_started_total"), std::string::npos);
