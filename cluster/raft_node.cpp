@@ -347,6 +347,7 @@ result<void> raft_node::impl::open_group(unsigned g, std::vector<member> bootstr
       return deliver(cb, fail(raft_errc::failed, r.err().message));
     }
     log(log_level::info, k_log, "group opened", {log_number("group", grp.index)});
+    publish();  // status() says open before the callback runs
     deliver(cb, op_result{});
   });
 }

@@ -293,15 +293,24 @@ void placement_agent::drive(unsigned g, const cluster::shard_entry& e,
     }
   };
   auto record = [&](meta_command c) {
-    if (auto r = submit(c); r.ok()) {
+    const std::uint64_t seen = meta_.applied();
+    auto r = submit(c);
+    if (r.ok()) {
+      // Applied on the meta leader: wait (briefly) until this node's copy
+      // has it too, so that the next tick does not take the step again.
+      meta_.wait_past(seen, std::chrono::milliseconds(500));
       std::lock_guard lock(mu_);
       kick_ = true;  // the next step at once
-    } else {
-      log(log_level::info, k_log, "a move's step was not recorded",
-          {log_number("shard", g), {"entry", cluster::encode(c)}, {"error", r.err().message}});
-      std::lock_guard lock(work_mu_);
-      work_[g].next_try_ms = now + static_cast<std::uint64_t>(opts_.retry_after.count());
+      return;
     }
+    // Refused: most often this node's copy of the meta state is a moment
+    // behind (the step was recorded already); look again shortly.
+    const bool stale = r.code() == errc::failed_precondition;
+    log(stale ? log_level::debug : log_level::info, k_log, "a move's step was not recorded",
+        {log_number("shard", g), {"entry", cluster::encode(c)}, {"error", r.err().message}});
+    std::lock_guard lock(work_mu_);
+    work_[g].next_try_ms =
+        now + (stale ? 100 : static_cast<std::uint64_t>(opts_.retry_after.count()));
   };
 
   if (e.moving) {

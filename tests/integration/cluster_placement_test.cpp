@@ -5,13 +5,17 @@
 //   spread too; a node that holds no replica of a shard forwards to it.
 // - Under a steady load of produces (each with its own Idempotency-Key):
 //   kill -9 of a node, and writes to every shard resume within 5 s; the
-//   node comes back; a drain of a node moves every replica off it (the
-//   node ends `drained`, holding nothing), and it is stopped; the sixth
-//   node starts and a rebalance fills it to within one of the others.
+//   node comes back; `onceq cluster drain` moves every replica off a node
+//   (it ends `drained`, holding nothing, as `onceq cluster status` says),
+//   and it is stopped; the sixth node starts and `onceq cluster rebalance`
+//   fills it to within one of the others.
 // - Then every answered produce is consumed exactly once per key, and no
 //   key is committed twice.
 
 #include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +45,26 @@ constexpr int k_listed = 6;
 constexpr int k_started = 5;
 constexpr int k_shards = 6;
 constexpr std::string_view k_group = "g";
+
+struct cli_run {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+// `onceq --url <node> args...` (the CLI), stderr into the output.
+cli_run run_cli(std::uint16_t port, const std::string& args) {
+  const std::string cmd = std::string("'") + ONCEQ_CLI_PATH +
+                          "' --url http://127.0.0.1:" + std::to_string(port) + " " + args + " 2>&1";
+  cli_run r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
 
 class cluster_placement : public ::testing::Test {
  protected:
@@ -273,12 +297,13 @@ TEST_F(cluster_placement,
   cluster_->restart(static_cast<std::size_t>(victim));
   set_targets(live());
 
-  // 2. Drain a node under load; it ends drained, holding nothing.
+  // 2. Drain a node under load (`onceq cluster drain`); it ends drained,
+  // holding nothing.
   const std::string drained_id = members_[1].id;
   {
-    auto r = api_->send_retry(live(), "POST", "/v1/cluster/nodes/" + drained_id + "/drain");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 202) << r->body;
+    const cli_run r = run_cli(members_[0].http_port, "cluster drain " + drained_id);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("draining"), std::string::npos) << r.out;
   }
   auto d = wait_status(
       [&](const cluster_status& st) {
@@ -289,6 +314,11 @@ TEST_F(cluster_placement,
       120s);
   ASSERT_TRUE(d) << "the drain did not finish";
   EXPECT_GE(d->moves_finished, 3u);
+  {
+    const cli_run r = run_cli(members_[0].http_port, "cluster status");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("drained"), std::string::npos) << r.out;
+  }
   {
     std::vector<int> others = live();
     others.erase(std::remove(others.begin(), others.end(), 1), others.end());
@@ -309,9 +339,8 @@ TEST_F(cluster_placement,
   {
     std::vector<int> nodes = live();
     set_targets(nodes);
-    auto r = api_->send_retry(nodes, "POST", "/v1/cluster/rebalance");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 202) << r->body;
+    const cli_run r = run_cli(members_[k_listed - 1].http_port, "cluster rebalance");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
   }
   auto b = wait_status(
       [&](const cluster_status& st) {
