@@ -21,16 +21,20 @@ namespace onceq::cmd {
 class meta_worker {
  public:
   meta_worker() : thread_([this] { run(); }) {}
-  ~meta_worker() {
+  ~meta_worker() { stop(); }
+  // Ends the thread once the tasks queued so far ran; post() refuses from
+  // now on. Idempotent.
+  void stop() {
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
     }
     wake_.notify_all();
-    thread_.join();
+    std::lock_guard join_lock(join_mu_);
+    if (thread_.joinable()) thread_.join();
   }
   // False once stopping (the task is dropped).
-  bool post(std::function<void()> task) {
+  bool post(std::function<void(bool stopping)> task) {
     std::lock_guard lock(mu_);
     if (stopping_ || tasks_.size() >= 1'000) return false;
     tasks_.push_back(std::move(task));
@@ -47,18 +51,19 @@ class meta_worker {
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
-      task();
+      task(false);
       lock.lock();
     }
     // What is left answers that the node is stopping.
     auto left = std::move(tasks_);
     lock.unlock();
-    for (auto& t : left) t();
+    for (auto& t : left) t(true);
   }
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  std::deque<std::function<void()>> tasks_;
+  std::deque<std::function<void(bool stopping)>> tasks_;
+  std::mutex join_mu_;
   std::thread thread_;
 };
 
@@ -189,7 +194,9 @@ result<void> cluster_node::start() {
 }
 
 void cluster_node::stop() {
-  worker_.reset();
+  // The worker and the agent stay (the HTTP edge may still call them: they
+  // answer that the node is stopping); their threads end here.
+  if (worker_) worker_->stop();
   if (agent_) agent_->stop();
   if (raft_) raft_->stop();
 }
@@ -370,8 +377,10 @@ void cluster_node::meta_submit(std::string entry, std::function<void(result<void
   }
   auto shared = std::make_shared<std::function<void(result<void>)>>(std::move(done));
   placement_agent* agent = agent_.get();
-  if (!worker_->post(
-          [agent, entry = std::move(entry), shared] { (*shared)(agent->submit_local(entry)); })) {
+  if (!worker_->post([agent, entry = std::move(entry), shared](bool stopping) {
+        (*shared)(stopping ? make_error(errc::unavailable, "the node is stopping")
+                           : agent->submit_local(entry));
+      })) {
     (*shared)(make_error(errc::unavailable, "the node is stopping or busy"));
   }
 }
