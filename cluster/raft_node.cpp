@@ -409,6 +409,9 @@ result<void> raft_node::impl::change(unsigned g, member_change c, op_cb cb) {
       case member_change::kind::add:
         rv = raft_add(&grp.r, &op->req, c.id, address.c_str(), &impl::on_change);
         break;
+      case member_change::kind::standby:
+        rv = raft_assign(&grp.r, &op->req, c.id, RAFT_STANDBY, &impl::on_change);
+        break;
       case member_change::kind::promote:
         rv = raft_assign(&grp.r, &op->req, c.id, RAFT_VOTER, &impl::on_change);
         break;

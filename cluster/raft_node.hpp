@@ -132,6 +132,9 @@ std::string_view to_string(member_role r) noexcept;
 struct member {
   std::uint64_t id = 0;  // raft id
   member_role role = member_role::voter;
+  // status() on the group's leader: the last log index the leader knows
+  // this member holds (raft's match index); 0 elsewhere.
+  std::uint64_t match_index = 0;
   bool operator==(const member&) const = default;
 };
 
@@ -186,7 +189,7 @@ struct raft_node_options {
 // A change of a group's configuration, made by its leader (one at a time:
 // raft refuses a second while one is uncommitted).
 struct member_change {
-  enum class kind { add, promote, remove } op = kind::add;
+  enum class kind { add, standby, promote, remove } op = kind::add;
   std::uint64_t id = 0;  // raft id of the node (the cluster file's)
 };
 
@@ -285,7 +288,9 @@ class raft_node {
   // Errors: errc::invalid_argument (no group g), errc::unavailable (stopped).
   result<void> close_group(unsigned g, bool wipe, op_cb cb);
   // A configuration change of group g on its leader: add (raft_add, as a
-  // spare), promote (raft_assign to voter: raft catches the node up first,
+  // spare), standby (raft_assign to standby: the node gets the log but
+  // does not vote, so it catches up before it counts), promote
+  // (raft_assign to voter: raft catches the node up first,
   // options' catch-up rounds), remove (raft_remove). cb: ok once the new
   // configuration is committed; not_leader; failed with raft's reason (a
   // change already running, an unknown node, a catch-up that gave up).

@@ -234,13 +234,18 @@ void raft_node::impl::publish() {
     };
     bool same = p.members.size() == conf.n;
     for (unsigned i = 0; same && i < conf.n; ++i) {
-      same = p.members[i] == member{conf.servers[i].id, role(conf.servers[i].role)};
+      same = p.members[i].id == conf.servers[i].id &&
+             p.members[i].role == role(conf.servers[i].role);
     }
     if (!same) {
       p.members.clear();
       for (unsigned i = 0; i < conf.n; ++i) {
-        p.members.push_back(member{conf.servers[i].id, role(conf.servers[i].role)});
+        p.members.push_back(member{conf.servers[i].id, role(conf.servers[i].role), 0});
       }
+    }
+    const bool leading = raft_state(&g->r) == RAFT_LEADER;
+    for (unsigned i = 0; i < conf.n; ++i) {
+      p.members[i].match_index = leading ? g->r.leader_state.progress[i].match_index : 0;
     }
     const char* address = nullptr;
     raft_leader(&g->r, &p.leader, &address);

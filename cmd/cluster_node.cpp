@@ -162,8 +162,9 @@ result<void> cluster_node::start() {
   placement_agent::options ao;
   ao.placement.replicas = cfg_.replicas_of();
   ao.placement.dead_after_ms = cfg_.dead_after_ms();
-  // Down: not heard for three election timeouts.
-  ao.placement.down_after_ms = 3ull * election_timeout_ms_;
+  // Down: not heard for ten election timeouts (a node busy catching up a
+  // large shard answers late, and is not down).
+  ao.placement.down_after_ms = 10ull * election_timeout_ms_;
   // The first placement waits this long for every node of the file to be
   // heard (a node is heard once its raft connections are up: seconds).
   ao.placement.settle_ms = std::max<std::uint64_t>(3'000, 10ull * election_timeout_ms_);

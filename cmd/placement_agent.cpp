@@ -16,6 +16,9 @@ namespace {
 constexpr std::string_view k_log = "placement";
 // How long a proposal to the meta group may take to be applied here.
 constexpr auto k_submit_timeout = std::chrono::seconds(5);
+// A move's target is promoted once its log is at most this many entries
+// behind the leader's.
+constexpr std::uint64_t k_promote_lag = 64;
 
 using cluster::member;
 using cluster::member_change;
@@ -318,8 +321,15 @@ void placement_agent::drive(unsigned g, const cluster::shard_entry& e,
     if (m.state == cluster::move_state::adding) {
       const member* to = find(conf, m.to);
       if (to == nullptr) return change(member_change::kind::add, m.to, "add the target");
-      if (to->role != member_role::voter) {
-        return change(member_change::kind::promote, m.to, "catch the target up and promote it");
+      if (to->role == member_role::spare) {
+        return change(member_change::kind::standby, m.to, "let the target follow the log");
+      }
+      if (to->role == member_role::standby) {
+        // It catches up as a standby (however long a large shard takes);
+        // raft's own catch-up before the promotion then has little left
+        // to send, well within its rounds.
+        if (to->match_index + k_promote_lag < st.last_index) return;
+        return change(member_change::kind::promote, m.to, "promote the caught-up target");
       }
       meta_command c;
       c.op = meta_command::kind::move_step;

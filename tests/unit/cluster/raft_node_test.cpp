@@ -1095,6 +1095,17 @@ TEST_F(cluster_test, a_move_adds_a_node_catches_it_up_before_it_votes_and_remove
   auto as_added = find_member(status_of(*l), 4);
   ASSERT_TRUE(as_added);
   EXPECT_EQ(as_added->role, member_role::spare);
+  // A standby follows the log without voting: the leader's match index
+  // for it reaches the leader's log.
+  auto standby = change(*l, member_change::kind::standby, 4);
+  ASSERT_TRUE(standby.ok()) << standby.message;
+  EXPECT_EQ(find_member(status_of(*l), 4)->role, member_role::standby);
+  EXPECT_TRUE(eventually([&] {
+    const auto s = status_of(*l);
+    return find_member(s, 4)->match_index >= s.last_index;
+  }));
+  EXPECT_TRUE(eventually([&] { return machine(3).size() >= first.size(); }));
+  propose_all(*l, names("s", 0, 20));
   const std::uint64_t before = status_of(*l).last_index;
   auto promoted = change(*l, member_change::kind::promote, 4);
   ASSERT_TRUE(promoted.ok()) << promoted.message;
@@ -1112,6 +1123,8 @@ TEST_F(cluster_test, a_move_adds_a_node_catches_it_up_before_it_votes_and_remove
   const auto more = names("b", 0, 50);
   propose_all(*l, more);
   auto want = first;
+  const auto during = names("s", 0, 20);
+  want.insert(want.end(), during.begin(), during.end());
   want.insert(want.end(), more.begin(), more.end());
   for (std::size_t i = 0; i < 4; ++i) {
     if (i == gone) continue;
