@@ -111,10 +111,11 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
         g, *n->replicas_.back(), n->cfg_, cfg.leader_grace_ms, cfg.broker.max_lease_ms));
     cluster_node* self = n.get();
     n->groups_.back()->set_leader_hint([self, g]() -> std::uint64_t {
-      // Only a node that holds no replica forwards by the placement.
+      // Only a node that holds no replica (or is joining or leaving the
+      // group, and knows no leader yet) forwards by the placement.
       if (!self->agent_ || !self->raft_) return 0;
-      auto st = self->raft_->status(g);
-      return st.ok() && !st->open ? self->agent_->leader_hint(g) : 0;
+      if (self->raft_->opened(g) && self->agent_->holds_replica(g)) return 0;
+      return self->agent_->leader_hint(g);
     });
   }
   return n;

@@ -139,6 +139,11 @@ std::uint64_t placement_agent::leader_hint(unsigned g) const {
   return hint;
 }
 
+bool placement_agent::holds_replica(unsigned g) const {
+  const cluster::meta_state s = meta_.state();
+  return g < s.shards.size() && holds(s.shards[g].replicas, self_);
+}
+
 void placement_agent::tick() {
   const std::uint64_t now = static_cast<std::uint64_t>(clock_.now_ms());
   const cluster::meta_state s = meta_.state();

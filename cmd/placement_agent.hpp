@@ -75,6 +75,8 @@ class placement_agent {
   // does not know its leader: the leader the meta state records, else its
   // first replica; 0 when none (or this node).
   std::uint64_t leader_hint(unsigned g) const;
+  // Whether the placement lists this node among shard g's replicas.
+  bool holds_replica(unsigned g) const;
 
  private:
   void run();
