@@ -6,8 +6,9 @@
 //   forwarded a second time;
 // - a streaming consume sent to a follower answers 503 with X-Onceq-Leader;
 // - `onceq cluster status` prints the nodes and each shard's leader;
-// - the web console's cluster card shows them, in headless Chromium
-//   (skipped, saying why, where Chromium cannot run).
+// - the web console's cluster card shows them, and its placement part the
+//   nodes' states and replicas, in headless Chromium (skipped, saying why,
+//   where Chromium cannot run).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -182,24 +183,9 @@ TEST_F(cluster_edge, a_streaming_consume_to_a_follower_answers_503_with_the_lead
 
 // ---- onceq cluster status ----------------------------------------------------
 
-struct cli_run {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
 // `onceq --url <node> args...`, stderr into the output.
 cli_run run_cli(std::uint16_t port, const std::string& args) {
-  const std::string cmd = std::string("'") + ONCEQ_CLI_PATH +
-                          "' --url http://127.0.0.1:" + std::to_string(port) + " " + args + " 2>&1";
-  cli_run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return itest::run_cli(ONCEQ_CLI_PATH, port, args);
 }
 
 // The rows of the text table whose header line starts with `first_column`:
@@ -284,7 +270,7 @@ std::vector<std::vector<std::string>> tbody_rows(const std::string& dom, const s
   if (at == std::string::npos) return rows;
   const auto end = dom.find("</tbody>", at);
   const std::string body = dom.substr(at, end - at);
-  static const std::regex tr("<tr>(.*?)</tr>");
+  static const std::regex tr("<tr[^>]*>(.*?)</tr>");
   static const std::regex td("<td[^>]*>([^<]*)</td>");
   for (std::sregex_iterator r(body.begin(), body.end(), tr), e; r != e; ++r) {
     const std::string cells = (*r)[1];
@@ -346,6 +332,21 @@ TEST_F(cluster_edge, the_consoles_cluster_card_shows_the_nodes_and_each_shards_l
   EXPECT_NE(row[1], "(electing)");
   EXPECT_FALSE(row[2].empty());
   EXPECT_NE(row[5].find(k_topic), std::string::npos) << dom;
+
+  // The placement part: shown (the cluster has a meta group), every node
+  // active, every shard on the three nodes.
+  ASSERT_TRUE(std::regex_search(dom, m, std::regex("<div [^>]*id=\"cluster-placement\"[^>]*>")))
+      << dom;
+  EXPECT_EQ(m.str().find("hidden"), std::string::npos) << "the placement is hidden: " << m.str();
+  const auto pnodes = tbody_rows(dom, "cluster-placement-nodes-body");
+  ASSERT_EQ(pnodes.size(), 3u) << dom;
+  for (const auto& n : pnodes) {
+    ASSERT_GE(n.size(), 3u) << dom;
+    EXPECT_EQ(n[1], "active") << dom;
+    EXPECT_EQ(n[2], std::to_string(after->shards.size())) << dom;
+  }
+  const auto pshards = tbody_rows(dom, "cluster-placement-shards-body");
+  ASSERT_EQ(pshards.size(), after->shards.size()) << dom;
 }
 
 // The outbox hand-over between nodes (docs/API.md, "POST

@@ -46,24 +46,9 @@ constexpr int k_started = 5;
 constexpr int k_shards = 6;
 constexpr std::string_view k_group = "g";
 
-struct cli_run {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-// `onceq --url <node> args...` (the CLI), stderr into the output.
+// `onceq --url <node> args...`, stderr into the output.
 cli_run run_cli(std::uint16_t port, const std::string& args) {
-  const std::string cmd = std::string("'") + ONCEQ_CLI_PATH +
-                          "' --url http://127.0.0.1:" + std::to_string(port) + " " + args + " 2>&1";
-  cli_run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return itest::run_cli(ONCEQ_CLI_PATH, port, args);
 }
 
 class cluster_placement : public ::testing::Test {

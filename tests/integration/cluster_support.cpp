@@ -2,8 +2,10 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -177,6 +179,20 @@ std::optional<http_response> request_once(const std::string& host, std::uint16_t
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+cli_run run_cli(const std::string& cli_path, std::uint16_t port, const std::string& args) {
+  const std::string cmd =
+      "'" + cli_path + "' --url http://127.0.0.1:" + std::to_string(port) + " " + args + " 2>&1";
+  cli_run r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 local_cluster::local_cluster(options opts) : opts_(std::move(opts)) {

@@ -100,6 +100,14 @@ std::optional<http_response> request_once(
     std::string_view body = {}, const header_list& headers = {},
     std::chrono::milliseconds timeout = std::chrono::seconds(3));
 
+// `CLI --url http://127.0.0.1:<port> args...` (the onceq CLI at cli_path),
+// stderr into the output.
+struct cli_run {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+cli_run run_cli(const std::string& cli_path, std::uint16_t port, const std::string& args);
+
 class local_cluster {
  public:
   struct options {

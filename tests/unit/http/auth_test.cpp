@@ -390,6 +390,10 @@ TEST_F(AuthRouterTest, EveryRouteHasItsScope) {
       {"GET /v1/cluster", scope::metrics},
       // No token: only a cluster's own nodes, from its own hosts.
       {"POST /v1/internal/outbox_append", scope::none},
+      {"POST /v1/cluster/nodes/{id}/drain", scope::admin},
+      {"POST /v1/cluster/rebalance", scope::admin},
+      {"POST /v1/cluster/shards/{shard}/move", scope::admin},
+      {"POST /v1/internal/meta", scope::none},
   };
   ASSERT_EQ(routes.size(), expected.size());
   for (std::size_t i = 0; i < routes.size(); ++i) {

@@ -731,7 +731,11 @@ TEST_F(RouterTest, RoutesAreDescribed) {
   EXPECT_NE(std::find(routes.begin(), routes.end(), "GET /v1/cluster"), routes.end());
   EXPECT_NE(std::find(routes.begin(), routes.end(), "POST /v1/internal/outbox_append"),
             routes.end());
-  EXPECT_EQ(routes.size(), 21u);
+  EXPECT_NE(std::find(routes.begin(), routes.end(), "POST /v1/cluster/nodes/{id}/drain"),
+            routes.end());
+  EXPECT_NE(std::find(routes.begin(), routes.end(), "POST /v1/cluster/shards/{shard}/move"),
+            routes.end());
+  EXPECT_EQ(routes.size(), 25u);
 }
 
 }  // namespace
