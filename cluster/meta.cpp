@@ -9,8 +9,7 @@
 
 namespace onceq::cluster {
 
-meta_machine::meta_machine(std::size_t nodes, std::size_t shards)
-    : s_(meta_state::empty(nodes, shards)) {}
+meta_machine::meta_machine(std::size_t shards) : s_(meta_state::empty(0, shards)) {}
 
 std::string meta_machine::apply(std::uint64_t index, std::string_view entry) {
   auto cmd = decode_command(entry);
@@ -37,12 +36,11 @@ void meta_machine::restore(std::string_view snapshot) {
   auto s = decode_state(snapshot);
   if (!s.ok()) throw std::runtime_error(fmt::format("meta snapshot: {}", s.err().message));
   std::lock_guard lock(mu_);
-  // A snapshot of a file with fewer shards or nodes (never: both are fixed)
-  // would not fit; refuse it rather than index past the end.
-  if (s->nodes.size() != s_.nodes.size() || s->shards.size() != s_.shards.size()) {
-    throw std::runtime_error(
-        fmt::format("meta snapshot of {} nodes and {} shards; this node has {} and {}",
-                    s->nodes.size(), s->shards.size(), s_.nodes.size(), s_.shards.size()));
+  // The shard count is fixed (--shards, the same on every node); a
+  // snapshot of another count would not fit.
+  if (s->shards.size() != s_.shards.size()) {
+    throw std::runtime_error(fmt::format("meta snapshot of {} shards; this node has {}",
+                                         s->shards.size(), s_.shards.size()));
   }
   s_ = std::move(*s);
   changed_.notify_all();

@@ -28,7 +28,10 @@ inline constexpr std::string_view k_meta_ok = "ok";
 
 class meta_machine final : public state_machine {
  public:
-  meta_machine(std::size_t nodes, std::size_t shards);
+  // The registry starts empty: the meta leader's first command grows it
+  // to the cluster file's nodes (a `grow` command, replicated, so that
+  // every node applies the same log to the same state whatever its file).
+  explicit meta_machine(std::size_t shards);
 
   std::string apply(std::uint64_t index, std::string_view entry) override;
   std::string snapshot() override;

@@ -76,12 +76,14 @@ std::string_view op_name(meta_command::kind k) noexcept {
       return "rebalance";
     case K::rebalanced:
       return "rebalanced";
+    case K::grow:
+      return "grow";
   }
   return "?";
 }
 
 std::optional<meta_command::kind> op_from(std::string_view s) noexcept {
-  for (int k = 0; k <= static_cast<int>(meta_command::kind::rebalanced); ++k) {
+  for (int k = 0; k <= static_cast<int>(meta_command::kind::grow); ++k) {
     auto kind = static_cast<meta_command::kind>(k);
     if (op_name(kind) == s) return kind;
   }
@@ -232,6 +234,12 @@ result<void> check(const meta_state& s, const meta_command& c) {
       return {};
     case K::rebalance:
     case K::rebalanced:
+      return {};
+    case K::grow:
+      if (c.node <= s.nodes.size() || c.node > k_max_nodes) {
+        return refused(fmt::format("grow: to {} nodes, from {} (at most {})", c.node,
+                                   s.nodes.size(), k_max_nodes));
+      }
       return {};
   }
   return refused("unknown meta command");
@@ -616,6 +624,12 @@ result<meta_command> command_from(const json& j) {
     case K::rebalanced:
       ONCEQ_TRY(g.only({"op"}));
       break;
+    case K::grow: {
+      ONCEQ_TRY(g.only({"op", "nodes"}));
+      ONCEQ_FIELD(nodes, g.u64("nodes", k_max_nodes));
+      c.node = nodes;
+      break;
+    }
   }
   return c;
 }
@@ -839,6 +853,9 @@ result<void> apply_command(meta_state& s, const meta_command& c) {
       break;
     case K::rebalanced:
       s.rebalance = false;
+      break;
+    case K::grow:
+      s.nodes.resize(c.node);
       break;
   }
   return {};
@@ -1069,6 +1086,9 @@ std::string encode(const meta_command& c) {
       break;
     case K::rebalance:
     case K::rebalanced:
+      break;
+    case K::grow:
+      j["nodes"] = c.node;
       break;
   }
   return dump(j);

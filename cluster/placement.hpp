@@ -122,6 +122,7 @@ struct meta_command {
     drain = 8,        // an operator drains node `node`
     rebalance = 9,    // an operator asks for a rebalance (rebalance = true)
     rebalanced = 10,  // the controller found the spread within one (rebalance = false)
+    grow = 11,        // the registry grows to `node` nodes (the cluster file grew)
   };
   kind op = kind::node;
   raft_id node = 0;

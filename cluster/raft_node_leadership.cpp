@@ -234,8 +234,8 @@ void raft_node::impl::publish() {
     };
     bool same = p.members.size() == conf.n;
     for (unsigned i = 0; same && i < conf.n; ++i) {
-      same = p.members[i].id == conf.servers[i].id &&
-             p.members[i].role == role(conf.servers[i].role);
+      same =
+          p.members[i].id == conf.servers[i].id && p.members[i].role == role(conf.servers[i].role);
     }
     if (!same) {
       p.members.clear();

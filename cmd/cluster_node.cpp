@@ -71,7 +71,8 @@ cluster_node::cluster_node(cluster::cluster_config cfg, const cmd::config& opts)
     : cfg_(std::move(cfg)),
       self_(cfg_.self().id),
       election_timeout_ms_(opts.election_timeout_ms),
-      snapshot_every_(opts.raft_snapshot_every) {}
+      snapshot_every_(opts.raft_snapshot_every),
+      join_(opts.join) {}
 
 cluster_node::~cluster_node() {
   stop();
@@ -86,7 +87,7 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
   cfg.http.port = file->self().http_port;
   std::unique_ptr<cluster_node> n(new cluster_node(std::move(*file), cfg));
   n->data_dir_ = cfg.storage.data_dir;
-  n->meta_ = std::make_unique<cluster::meta_machine>(n->cfg_.nodes().size(), cfg.shards);
+  n->meta_ = std::make_unique<cluster::meta_machine>(cfg.shards);
   for (std::uint32_t g = 0; g < cfg.shards; ++g) {
     storage::storage_options so = cfg.storage;
     so.data_dir = shard_data_dir(cfg.storage.data_dir, g);
@@ -142,8 +143,13 @@ result<void> cluster_node::start() {
   }
   for (unsigned g = 0; g < shards(); ++g) {
     cluster::group_spec spec;
-    if (cfg_.full_replication()) {
+    if (cfg_.full_replication() && !join_) {
       spec.bootstrap = everyone;
+    } else if (join_) {
+      // Joining: a group already here opens; the others wait to be added.
+      const auto dir = std::filesystem::path(data_dir_) / "raft" / std::to_string(g);
+      std::error_code ec;
+      spec.open = std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec);
     } else {
       const auto dir = std::filesystem::path(data_dir_) / "raft" / std::to_string(g);
       std::error_code ec;
@@ -151,7 +157,10 @@ result<void> cluster_node::start() {
     }
     ro.specs.push_back(std::move(spec));
   }
-  ro.specs.push_back(cluster::group_spec{true, cluster::meta_members(cfg_.nodes().size())});
+  // The meta group: bootstrapped with the file's nodes on a first start,
+  // unless this node joins a running cluster (its leader adds it).
+  ro.specs.push_back(cluster::group_spec{
+      true, join_ ? std::vector<cluster::member>{} : cluster::meta_members(cfg_.nodes().size())});
   std::vector<cluster::state_machine*> machines;
   for (auto& r : replicas_) machines.push_back(r.get());
   machines.push_back(meta_.get());
@@ -244,7 +253,8 @@ nlohmann::json cluster_node::status() const {
   json nodes = json::array();
   for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
     const auto& n = cfg_.nodes()[i];
-    const auto& entry = placement.nodes[i];
+    const cluster::node_entry entry =
+        i < placement.nodes.size() ? placement.nodes[i] : cluster::node_entry{};
     nodes.push_back({{"id", n.id},
                      {"http", n.http},
                      {"raft", cfg_.raft_address(n, 0)},
@@ -340,10 +350,12 @@ void cluster_node::move_shard(std::uint32_t shard, std::string_view from, std::s
   if (raft_->leads(shards())) {
     const cluster::meta_state s = meta_->state();
     const auto& e = s.shards[shard];
-    if (s.nodes[*to_id - 1].state != cluster::node_state::active) {
+    const auto to_state =
+        *to_id <= s.nodes.size() ? s.nodes[*to_id - 1].state : cluster::node_state::down;
+    if (to_state != cluster::node_state::active) {
       return done(make_error(errc::failed_precondition,
                              fmt::format("node {} is {}: a move needs an active target", to,
-                                         cluster::to_string(s.nodes[*to_id - 1].state))));
+                                         cluster::to_string(to_state))));
     }
     cluster::meta_command c;
     c.op = cluster::meta_command::kind::move;
@@ -460,9 +472,10 @@ void cluster_node::render_metrics(std::string& body) const {
   for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
     for (auto st : {cluster::node_state::active, cluster::node_state::draining,
                     cluster::node_state::drained, cluster::node_state::down}) {
+      const auto have =
+          i < placement.nodes.size() ? placement.nodes[i].state : cluster::node_state::down;
       body += fmt::format("onceq_cluster_node_state{{node=\"{}\",state=\"{}\"}} {}\n",
-                          cfg_.nodes()[i].id, cluster::to_string(st),
-                          placement.nodes[i].state == st ? 1 : 0);
+                          cfg_.nodes()[i].id, cluster::to_string(st), have == st ? 1 : 0);
     }
   }
   for (const auto& x : k_series) {

@@ -264,6 +264,9 @@ std::unique_ptr<CLI::App> make_app(config& c) {
         return "expected json or text";
       },
       [&c](const std::string& v) { c.log.format = *parse_log_format(v); });
+  a.add_flag("--join", c.join,
+             "cluster: this node was added to the file of a running cluster:\nbootstrap no "
+             "Raft group, wait to be added (default off)");
   a.add_flag("--access-log", c.http.access_log,
              "log every request: method, path, query keys, status,\nduration, bytes, request id "
              "(default off)");

@@ -42,6 +42,10 @@ struct config {
   // earlier terms may run (docs/REPLICATION.md section 4): the clock skew
   // between nodes it absorbs.
   unsigned leader_grace_ms = 500;  // Default: 500 ms
+  // --join: this node joins a running cluster whose file it was added to:
+  // it bootstraps no Raft group and waits for the meta group's leader to
+  // add it (docs/OPERATIONS.md, "Adding nodes").
+  bool join = false;  // Default: off
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.

@@ -50,7 +50,7 @@ placement_agent::placement_agent(const cluster::cluster_config& cfg, cluster::ra
       clock_(time),
       send_(std::move(send)),
       self_(cfg.self_raft_id()),
-      work_(meta_group) {}
+      work_(meta_group + 1) {}
 
 placement_agent::~placement_agent() {
   stop();
@@ -164,6 +164,24 @@ void placement_agent::control(const cluster::meta_state& s, const cluster::group
     live_.leader_since_ms = now;
     live_.last_heard_ms.assign(cfg_.nodes().size(), 0);
   }
+  // The registry has an entry per node of the file: grown by a replicated
+  // command when the file (this leader's) lists more nodes.
+  if (s.nodes.size() < cfg_.nodes().size()) {
+    meta_command grow;
+    grow.op = meta_command::kind::grow;
+    grow.node = cfg_.nodes().size();
+    if (auto r = submit(grow); !r.ok()) {
+      log(log_level::warn, k_log, "the node registry did not grow", {{"error", r.err().message}});
+    } else {
+      log(log_level::info, k_log, "the node registry grew",
+          {log_number("nodes", cfg_.nodes().size())});
+    }
+    return;
+  }
+  if (live_.last_heard_ms.size() < s.nodes.size()) live_.last_heard_ms.resize(s.nodes.size(), 0);
+  // Every node of the file follows the meta group's log: one added to the
+  // file of a running cluster (started with --join) joins as a standby.
+  grow_meta_group(ms, now);
   for (const auto& name : ms.heard) {
     if (auto id = cfg_.raft_id_of(name); id && *id >= 1 && *id <= live_.last_heard_ms.size()) {
       live_.last_heard_ms[*id - 1] = now;
@@ -177,6 +195,28 @@ void placement_agent::control(const cluster::meta_state& s, const cluster::group
       break;  // the next tick plans again from what was applied
     }
     log(log_level::info, k_log, "placement changed", {{"entry", cluster::encode(c)}});
+  }
+}
+
+void placement_agent::grow_meta_group(const cluster::group_status& ms, std::uint64_t now) {
+  {
+    std::lock_guard lock(work_mu_);
+    if (work_[meta_group_].busy || now < work_[meta_group_].next_try_ms) return;
+  }
+  for (std::size_t i = 0; i < cfg_.nodes().size(); ++i) {
+    const raft_id id = i + 1;
+    const member* m = find(ms.members, id);
+    if (m != nullptr && m->role != member_role::spare) continue;
+    const auto op = m == nullptr ? member_change::kind::add : member_change::kind::standby;
+    begin(meta_group_, now);
+    const std::string what =
+        m == nullptr ? "add a node to the meta group" : "let the node follow the meta group's log";
+    if (auto r = raft_.change(meta_group_, member_change{op, id}, done_cb(meta_group_, what));
+        !r.ok()) {
+      end(meta_group_, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message},
+          what);
+    }
+    return;  // one change at a time
   }
 }
 

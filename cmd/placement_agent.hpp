@@ -83,6 +83,9 @@ class placement_agent {
   void tick();
   void control(const cluster::meta_state& s, const cluster::group_status& ms, std::uint64_t now);
   void reconcile(unsigned g, const cluster::meta_state& s, std::uint64_t now);
+  // As the meta leader: a node of the file the meta group lacks is added
+  // (raft_add, then raft_assign standby), one change at a time.
+  void grow_meta_group(const cluster::group_status& ms, std::uint64_t now);
   void drive(unsigned g, const cluster::shard_entry& e, const cluster::group_status& st,
              std::uint64_t now);
   // Starts a raft operation on shard g; the shard is busy until it answers.
@@ -107,7 +110,7 @@ class placement_agent {
   const cluster::raft_id self_;
 
   mutable std::mutex work_mu_;
-  std::vector<shard_work> work_;  // work_mu_
+  std::vector<shard_work> work_;  // work_mu_; per shard, then the meta group
 
   // The controller's view (agent thread only).
   std::uint64_t meta_term_ = 0;

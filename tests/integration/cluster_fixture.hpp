@@ -49,6 +49,8 @@ class cluster_test : public ::testing::Test {
   // seed picks the api's random nodes.
   void start_cluster(local_cluster::options o, std::uint64_t seed) {
     cluster_ = std::make_unique<local_cluster>(std::move(o));
+    // Each shard handed to its preferred leader, once, before the test.
+    EXPECT_TRUE(cluster_->wait_settled(std::chrono::seconds(30))) << cluster_->log_tails();
     api_ = std::make_unique<cluster_api>(members(), std::chrono::seconds(3), seed);
   }
 

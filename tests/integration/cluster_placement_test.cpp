@@ -53,15 +53,22 @@ cli_run run_cli(std::uint16_t port, const std::string& args) {
 
 class cluster_placement : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { start(k_listed, k_started, k_listed, k_shards); }
+
+  // `members` nodes n1.., the first `in_file` in the cluster file, the
+  // first `started` started; replicas = 3, dead_after_ms = 0.
+  void start(int members, int started, int in_file, int shards,
+             const std::string& head = "replicas = 3\ndead_after_ms = 0\n") {
     ::signal(SIGPIPE, SIG_IGN);
     local_cluster::options o;
-    o.members = free_loopback_members(k_listed, 3131);
-    o.shards = k_shards;
-    o.start_count = k_started;
-    o.file_head = "replicas = 3\ndead_after_ms = 0\n";
+    o.members = free_loopback_members(members, 3131);
+    o.shards = shards;
+    o.start_count = static_cast<std::size_t>(started);
+    o.file_count = static_cast<std::size_t>(in_file);
+    o.file_head = head;
     o.extra_args = {"--election-timeout-ms", "500"};
     members_ = o.members;
+    shards_ = shards;
     cluster_ = std::make_unique<local_cluster>(std::move(o));
     api_ = std::make_unique<cluster_api>(members_, 5s, 7);
   }
@@ -122,7 +129,8 @@ class cluster_placement : public ::testing::Test {
   // One topic per shard, created through any node.
   void make_topics() {
     std::set<unsigned> covered;
-    for (int t = 0; t < 64 && covered.size() < k_shards; ++t) {
+    const auto want = static_cast<std::size_t>(shards_);
+    for (int t = 0; t < 64 && covered.size() < want; ++t) {
       const std::string name = "pl" + std::to_string(t);
       ASSERT_TRUE(api_->create_topic(name, k_group));
       // Listed by the nodes holding a replica of its shard.
@@ -138,10 +146,11 @@ class cluster_placement : public ::testing::Test {
       ASSERT_TRUE(shard) << "topic " << name << " not listed";
       if (covered.insert(*shard).second) topics_.push_back(name);
     }
-    ASSERT_EQ(covered.size(), static_cast<std::size_t>(k_shards));
+    ASSERT_EQ(covered.size(), want);
   }
 
   std::vector<cluster_member> members_;
+  int shards_ = k_shards;
   std::unique_ptr<local_cluster> cluster_;
   std::unique_ptr<cluster_api> api_;
   std::vector<std::string> topics_;
@@ -364,6 +373,142 @@ TEST_F(cluster_placement,
   EXPECT_EQ(lost, 0u) << "of " << answered.size() << " answered produces";
   for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << id << " delivered " << n << " times";
   std::cerr << answered.size() << " produces answered, all delivered once\n";
+}
+
+// A node added to the file of a running cluster: four nodes listed and
+// started, the file grows to five, the four restart one at a time on it,
+// the fifth starts with --join (it bootstraps nothing). The meta group's
+// leader grows the registry and adds the fifth to the meta group as a
+// standby; it becomes active, and a rebalance gives it replicas. Every
+// write answered before, during and after is delivered once.
+class cluster_growth : public cluster_placement {
+ protected:
+  void SetUp() override { start(5, 4, 4, 2); }
+};
+
+TEST_F(cluster_growth, a_node_added_to_the_file_joins_and_a_rebalance_fills_it) {
+  ASSERT_TRUE(wait_status(settled, 60s)) << "the placement did not settle";
+  make_topics();
+  std::map<std::string, bool> answered;
+  auto produce = [&](const std::string& id) {
+    const std::string& topic = topics_[answered.size() % topics_.size()];
+    auto r =
+        api_->send_retry(live(), "POST", "/v1/produce", cluster_api::produce_body(topic, id, id),
+                         cluster_api::produce_headers(id), 20s);
+    if (r && r->status == 200) answered[topic + "/" + id] = true;
+    return r && r->status == 200;
+  };
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(produce("before-" + std::to_string(i)));
+
+  // The file grows; the four nodes restart on it one at a time.
+  cluster_->write_file(5);
+  for (std::size_t i = 0; i < 4; ++i) {
+    cluster_->kill9(i);
+    cluster_->restart(i);
+    ASSERT_FALSE(cluster_->wait_for_leader("", 30s).empty()) << "after the restart of n" << i + 1;
+    for (int k = 0; k < 5; ++k) {
+      ASSERT_TRUE(produce("restart" + std::to_string(i) + "-" + std::to_string(k)));
+    }
+  }
+  // The fifth joins.
+  cluster_->add_args(4, {"--join"});
+  cluster_->restart(4);
+  auto joined = wait_status(
+      [](const cluster_status& st) {
+        const auto* n = st.node_status("n5");
+        return n != nullptr && n->state == "active";
+      },
+      60s);
+  ASSERT_TRUE(joined) << "n5 did not become active";
+  {
+    auto r = api_->send_retry(live(), "POST", "/v1/cluster/rebalance");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 202) << r->body;
+  }
+  auto filled = wait_status(
+      [](const cluster_status& st) {
+        if (!settled(st)) return false;
+        const auto c = counts(st);
+        return c.count("n5") && c.at("n5") >= 1;
+      },
+      120s);
+  ASSERT_TRUE(filled) << "the rebalance gave n5 nothing";
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(produce("after-" + std::to_string(i)));
+  // n5 serves too (it holds a replica now, and forwards the rest).
+  for (const auto& t : topics_) {
+    const std::string id = "via-n5-" + t;
+    auto r = api_->send_retry({4}, "POST", "/v1/produce", cluster_api::produce_body(t, id, id),
+                              cluster_api::produce_headers(id), 20s);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    if (r->status == 200) answered[t + "/" + id] = true;
+  }
+
+  std::map<std::string, int> seen;
+  std::vector<std::string> errors;
+  for (const auto& t : topics_) {
+    for (const auto& [value, n] : api_->drain(live(), t, k_group, 60s, errors)) {
+      seen[t + "/" + value] += n;
+    }
+  }
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  for (const auto& [id, ok] : answered) EXPECT_EQ(seen[id], 1) << id;
+}
+
+// dead_after_ms: a node that stays down that long has its replicas
+// placed on the other nodes, with no one asking. Four nodes, replicas = 3,
+// one shard, dead_after_ms = 3000: a replica holder is killed and not
+// restarted; the shard gets back to 3 replicas on the live nodes, and the
+// writes answered before are all there.
+class cluster_dead_node : public cluster_placement {
+ protected:
+  void SetUp() override { start(4, 4, 4, 1, "replicas = 3\ndead_after_ms = 3000\n"); }
+};
+
+TEST_F(cluster_dead_node, a_node_down_longer_than_dead_after_ms_loses_its_replicas_to_the_others) {
+  auto s = wait_status(settled, 60s);
+  ASSERT_TRUE(s) << "the placement did not settle";
+  make_topics();
+  std::map<std::string, bool> answered;
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "d-" + std::to_string(i);
+    auto r = api_->send_retry(live(), "POST", "/v1/produce",
+                              cluster_api::produce_body(topics_[0], id, id),
+                              cluster_api::produce_headers(id), 20s);
+    ASSERT_TRUE(r && r->status == 200);
+    answered[id] = true;
+  }
+  s = status_any();
+  ASSERT_TRUE(s);
+  const auto replicas = s->shard(0)->replicas;
+  // A replica that does not lead (the shard keeps serving at once).
+  std::string victim;
+  for (const auto& r : replicas) {
+    if (r != s->shard(0)->leader) victim = r;
+  }
+  const int v = cluster_->index_of(victim);
+  ASSERT_GE(v, 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  cluster_->kill9(static_cast<std::size_t>(v));
+  auto replaced = wait_status(
+      [&](const cluster_status& st) {
+        const auto* sh = st.shard(0);
+        return settled(st) &&
+               std::find(sh->replicas.begin(), sh->replicas.end(), victim) == sh->replicas.end();
+      },
+      90s);
+  ASSERT_TRUE(replaced) << victim << " kept its replica";
+  const auto after_ms = ms_since(killed_at);
+  EXPECT_GE(after_ms, 3'000) << "replaced before dead_after_ms";
+  std::cerr << victim << " down: its replica was placed elsewhere " << after_ms
+            << " ms after the kill\n";
+  const auto* n = replaced->node_status(victim);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->state, "down");
+  std::vector<std::string> errors;
+  auto seen = api_->drain(live(), topics_[0], k_group, 60s, errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  for (const auto& [id, ok] : answered) EXPECT_EQ(seen[id], 1) << id;
 }
 
 }  // namespace

@@ -181,6 +181,24 @@ std::optional<http_response> request_once(const std::string& host, std::uint16_t
   }
 }
 
+void local_cluster::write_file(std::size_t count) {
+  const std::vector<cluster_member> listed(opts_.members.begin(),
+                                           opts_.members.begin() + static_cast<long>(count));
+  const std::string tmp = file_ + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << cluster_file_text(listed, opts_.file_head);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+  }
+  fs::rename(tmp, file_);
+}
+
+void local_cluster::add_args(std::size_t i, const std::vector<std::string>& args) {
+  auto all = nodes_.at(i)->extra_args();
+  all.insert(all.end(), args.begin(), args.end());
+  nodes_.at(i)->set_extra_args(std::move(all));
+}
+
 cli_run run_cli(const std::string& cli_path, std::uint16_t port, const std::string& args) {
   const std::string cmd =
       "'" + cli_path + "' --url http://127.0.0.1:" + std::to_string(port) + " " + args + " 2>&1";
@@ -208,11 +226,7 @@ local_cluster::local_cluster(options opts) : opts_(std::move(opts)) {
     fs::create_directories(root_);
   }
   file_ = root_ + "/cluster.toml";
-  {
-    std::ofstream f(file_);
-    f << cluster_file_text(opts_.members, opts_.file_head);
-    if (!f) throw std::runtime_error("cannot write " + file_);
-  }
+  write_file(std::min(opts_.file_count, opts_.members.size()));
   for (std::size_t i = 0; i < opts_.members.size(); ++i) {
     const auto& m = opts_.members[i];
     server_process::options o;
@@ -294,6 +308,25 @@ std::string local_cluster::leader_of(std::string_view topic) {
     if (sh != nullptr && !sh->leader.empty()) return sh->leader;
   }
   return {};
+}
+
+bool local_cluster::wait_settled(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (!nodes_[i]->running()) continue;
+      auto s = status(i, 1s);
+      if (!s || !s->placed || s->shards.empty()) continue;
+      bool ok = true;
+      for (const auto& sh : s->shards) {
+        ok = ok && !sh.replicas.empty() && sh.leader == sh.replicas.front() && sh.moving_to.empty();
+      }
+      if (ok) return true;
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
 }
 
 std::string local_cluster::wait_for_leader(std::string_view topic,

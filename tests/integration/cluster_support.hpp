@@ -131,6 +131,9 @@ class local_cluster {
     // Members started by the constructor: the first start_count (the others
     // are listed in the file; restart(i) starts one).
     std::size_t start_count = static_cast<std::size_t>(-1);
+    // Members written to the cluster file at first: the first file_count
+    // (write_file() adds the others later, as a file that grows).
+    std::size_t file_count = static_cast<std::size_t>(-1);
   };
 
   // Writes the cluster file and starts every node together; throws
@@ -149,6 +152,11 @@ class local_cluster {
   const std::string& file() const { return file_; }
   void keep_root() { keep_ = true; }
 
+  // Rewrites the cluster file with the first `count` members (and the
+  // file_head): nodes read it at their next start.
+  void write_file(std::size_t count);
+  // Flags added to node i's command line from its next start on.
+  void add_args(std::size_t i, const std::vector<std::string>& args);
   // SIGKILL node i and reap it.
   void kill9(std::size_t i) { nodes_.at(i)->kill9(); }
   // Starts node i again on its data directory and waits until ready;
@@ -172,6 +180,10 @@ class local_cluster {
   // Returns the leader of the topic's shard (of shard 0), or "" on timeout.
   std::string wait_for_leader(std::string_view topic, std::chrono::milliseconds timeout);
 
+  // Polls until a live node reports the first placement done and every
+  // shard led by its preferred leader (the first of its replicas), so that
+  // no handover of the placement follows; false on timeout.
+  bool wait_settled(std::chrono::milliseconds timeout);
   // The tail of every node's stderr, headed by its id.
   std::string log_tails(std::size_t max_bytes_each = 3000) const;
 

@@ -70,6 +70,9 @@ class server_process {
   server_process& operator=(const server_process&) = delete;
 
   // Starts (again) on the same data directory. Requires !running().
+  // Flags appended to the command line from the next start on.
+  void set_extra_args(std::vector<std::string> args) { opts_.extra_args = std::move(args); }
+  const std::vector<std::string>& extra_args() const { return opts_.extra_args; }
   void start();
   // start() in two halves, so that several servers that need each other to
   // become ready (the nodes of a cluster) can be started together from one

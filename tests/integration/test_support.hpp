@@ -133,6 +133,9 @@ class onceq_test : public ::testing::Test {
     // holds only without it.
     o.extra_args = {"--leader-grace-ms", "0"};
     cluster_ = std::make_unique<local_cluster>(std::move(o));
+    // The placement hands each shard to its preferred leader once: a
+    // long-poll parked on the old leader would end empty.
+    EXPECT_TRUE(cluster_->wait_settled(30s)) << cluster_->log_tails();
     const std::string leader = cluster_->wait_for_leader({}, 30s);
     ASSERT_FALSE(leader.empty()) << cluster_->log_tails();
     std::size_t follower = 0;

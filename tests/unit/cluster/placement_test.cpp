@@ -502,6 +502,40 @@ TEST(placement_apply, leader_with_an_older_term_is_refused) {
   EXPECT_EQ(s.shards[0].leader_term, 6u);
 }
 
+// The registry grows by a replicated command (a node added to the file of
+// a running cluster), never shrinks, and the new node starts unseen and
+// down; the command round-trips through the codec.
+TEST(placement_apply, grow_adds_unseen_nodes_and_never_shrinks) {
+  meta_state s = meta_state::empty(0, 2);
+  meta_command c;
+  c.op = meta_command::kind::grow;
+  c.node = 3;
+  auto back = decode_command(encode(c));
+  ASSERT_TRUE(back.ok()) << back.err().message;
+  EXPECT_EQ(*back, c);
+  ASSERT_TRUE(apply_command(s, c).ok());
+  ASSERT_EQ(s.nodes.size(), 3u);
+  for (const auto& n : s.nodes) {
+    EXPECT_EQ(n.state, node_state::down);
+    EXPECT_FALSE(n.seen);
+  }
+  const meta_state before = s;
+  EXPECT_FALSE(apply_command(s, c).ok());  // not more nodes
+  c.node = 2;
+  EXPECT_FALSE(apply_command(s, c).ok());  // fewer
+  c.node = 17;
+  EXPECT_FALSE(apply_command(s, c).ok());  // past the largest file
+  EXPECT_EQ(s, before);
+  c.node = 4;
+  ASSERT_TRUE(apply_command(s, c).ok());
+  EXPECT_EQ(s.nodes.size(), 4u);
+  EXPECT_FALSE(decode_command(R"({"op":"grow"})").ok());
+  EXPECT_FALSE(decode_command(R"({"op":"grow","nodes":3,"x":1})").ok());
+  auto state_back = decode_state(encode(s));
+  ASSERT_TRUE(state_back.ok()) << state_back.err().message;
+  EXPECT_EQ(*state_back, s);
+}
+
 TEST(placement_apply, node_and_drain) {
   meta_state s = meta_state::empty(2, 1);
   ASSERT_TRUE(apply_command(s, node_cmd(1, node_state::down, 10)).ok());
