@@ -179,6 +179,37 @@ TEST_F(cluster_placement, five_of_six_nodes_hold_three_replicas_of_each_shard_sp
   ASSERT_NE(n6, nullptr);
   EXPECT_EQ(n6->state, "down");
 
+  // Bad placement requests get a clear error and change nothing.
+  auto code = [&](const std::string& target, const std::string& body) {
+    auto r = api_->send_retry({0, 1, 2, 3, 4}, "POST", target,
+                              body.empty() ? json(nullptr) : json::parse(body));
+    return r ? static_cast<int>(r->status) : -1;
+  };
+  EXPECT_EQ(code("/v1/cluster/shards/x/move", R"({"from":"n1","to":"n6"})"), 400);
+  EXPECT_EQ(code("/v1/cluster/shards/0/move", R"({"from":"n1"})"), 400);
+  EXPECT_EQ(code("/v1/cluster/shards/0/move", R"({"from":"n1","to":"n6","x":1})"), 400);
+  EXPECT_EQ(code("/v1/cluster/shards/9/move", R"({"from":"n1","to":"n6"})"), 404);
+  EXPECT_EQ(code("/v1/cluster/shards/0/move", R"({"from":"n1","to":"n9"})"), 404);
+  EXPECT_EQ(code("/v1/cluster/nodes/n9/drain", ""), 404);
+  {
+    // From a node that does not hold shard 0 to one that does: refused.
+    const auto& r0 = s->shard(0)->replicas;
+    std::string outside;
+    for (int i = 1; i <= k_started; ++i) {
+      const std::string id = "n" + std::to_string(i);
+      if (std::find(r0.begin(), r0.end(), id) == r0.end()) outside = id;
+    }
+    ASSERT_FALSE(outside.empty());
+    EXPECT_EQ(code("/v1/cluster/shards/0/move", json{{"from", outside}, {"to", r0.front()}}.dump()),
+              409);
+    // To a node that is down (never started): refused.
+    EXPECT_EQ(code("/v1/cluster/shards/0/move", json{{"from", r0.front()}, {"to", "n6"}}.dump()),
+              409);
+  }
+  auto unchanged = status_any();
+  ASSERT_TRUE(unchanged);
+  EXPECT_EQ(unchanged->moves_started, 0u) << "a refused request started a move";
+
   // Every node serves every shard: a node without a replica forwards.
   make_topics();
   // Lists over every shard too: each node lists every topic, and its
