@@ -197,6 +197,8 @@ class router {
   void cluster_rebalance(pending_ptr p);
   void cluster_move(pending_ptr p);
   void meta_in(pending_ptr p);
+  // Finishes p with e's answer (the reply is made before p is handed on).
+  void fail(pending_ptr p, const error& e);
   void meta_answer(pending_ptr p, bhttp::status ok_status, std::string body,
                    const std::function<void(std::function<void(result<void>)>)>& start);
   // Whether c comes from a node of the cluster: X-Onceq-Forwarded names a

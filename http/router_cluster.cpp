@@ -41,6 +41,11 @@ bool router::from_member(const call& c) const {
   return !from.empty() && cluster_->http_of(from) && known_host;
 }
 
+void router::fail(pending_ptr p, const error& e) {
+  auto out = error_reply(e, p->c);
+  finish(std::move(p), std::move(out));
+}
+
 // Runs a meta request and finishes p on its executor: 202 with body, or
 // the error (another node leads the meta group: forwarded there).
 void router::meta_answer(pending_ptr p, status ok_status, std::string body,
@@ -61,8 +66,7 @@ void router::meta_answer(pending_ptr p, status ok_status, std::string body,
 
 void router::cluster_drain(pending_ptr p) {
   if (cluster_ == nullptr)
-    return finish(std::move(p),
-                  error_reply(make_error(errc::not_found, std::string(k_single)), p->c));
+    return fail(std::move(p), make_error(errc::not_found, std::string(k_single)));
   const std::string node = p->c.captures.at(0);
   std::string body = dump(json{{"node", node}, {"state", "draining"}});
   meta_answer(std::move(p), status::accepted, std::move(body),
@@ -73,8 +77,7 @@ void router::cluster_drain(pending_ptr p) {
 
 void router::cluster_rebalance(pending_ptr p) {
   if (cluster_ == nullptr)
-    return finish(std::move(p),
-                  error_reply(make_error(errc::not_found, std::string(k_single)), p->c));
+    return fail(std::move(p), make_error(errc::not_found, std::string(k_single)));
   std::string body = dump(json{{"status", "rebalancing"}});
   meta_answer(
       std::move(p), status::accepted, std::move(body),
@@ -83,18 +86,15 @@ void router::cluster_rebalance(pending_ptr p) {
 
 void router::cluster_move(pending_ptr p) {
   if (cluster_ == nullptr)
-    return finish(std::move(p),
-                  error_reply(make_error(errc::not_found, std::string(k_single)), p->c));
+    return fail(std::move(p), make_error(errc::not_found, std::string(k_single)));
   const std::string& shard_text = p->c.captures.at(0);
   std::uint32_t shard = 0;
   const auto* end = shard_text.data() + shard_text.size();
   if (auto [at, ec] = std::from_chars(shard_text.data(), end, shard);
       ec != std::errc{} || at != end) {
-    return finish(
-        std::move(p),
-        error_reply(make_error(errc::invalid_argument,
-                               fmt::format("shard: expected a number, got \"{}\"", shard_text)),
-                    p->c));
+    return fail(std::move(p),
+                make_error(errc::invalid_argument,
+                           fmt::format("shard: expected a number, got \"{}\"", shard_text)));
   }
   const json body = json::parse(p->c.req.body(), nullptr, false);
   auto field = [&](const char* k) -> std::optional<std::string> {
@@ -104,10 +104,8 @@ void router::cluster_move(pending_ptr p) {
   const auto from = field("from");
   const auto to = field("to");
   if (!from || !to || body.size() != 2) {
-    return finish(std::move(p),
-                  error_reply(make_error(errc::invalid_argument,
-                                         "body: expected {\"from\":\"<node>\",\"to\":\"<node>\"}"),
-                              p->c));
+    return fail(std::move(p), make_error(errc::invalid_argument,
+                                         "body: expected {\"from\":\"<node>\",\"to\":\"<node>\"}"));
   }
   std::string answer =
       dump(json{{"shard", shard}, {"from", *from}, {"to", *to}, {"state", "adding"}});
@@ -119,13 +117,10 @@ void router::cluster_move(pending_ptr p) {
 
 void router::meta_in(pending_ptr p) {
   if (cluster_ == nullptr)
-    return finish(std::move(p),
-                  error_reply(make_error(errc::not_found, std::string(k_single)), p->c));
+    return fail(std::move(p), make_error(errc::not_found, std::string(k_single)));
   if (!from_member(p->c))
-    return finish(std::move(p),
-                  error_reply(make_error(errc::permission_denied,
-                                         "only a node of this cluster proposes placement changes"),
-                              p->c));
+    return fail(std::move(p), make_error(errc::permission_denied,
+                                         "only a node of this cluster proposes placement changes"));
   std::string entry = p->c.req.body();
   meta_answer(std::move(p), status::no_content, {},
               [this, entry = std::move(entry)](std::function<void(result<void>)> done) mutable {
