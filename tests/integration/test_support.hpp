@@ -4,9 +4,9 @@
 // test (see server_process.hpp) and a keep-alive client to it.
 
 #include <chrono>
-#include <iostream>
 #include <cstdint>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
