@@ -367,7 +367,21 @@ void cluster_node::move_shard(std::uint32_t shard, std::string_view from, std::s
     c.reason = "operator";
     return meta_submit(cluster::encode(c), std::move(done));
   }
-  meta_submit({}, std::move(done));  // answers where the meta group's leader is
+  done(not_meta_leader());
+}
+
+error cluster_node::not_meta_leader() const {
+  auto st = raft_->status(shards());
+  error e =
+      make_error(errc::unavailable, "the meta group has no leader (an election is under way)");
+  e.retry_after_ms = 1'000;
+  if (st.ok() && !st->leader.empty()) {
+    if (auto id = cfg_.raft_id_of(st->leader); id && st->leader != self_) {
+      e.message = fmt::format("the meta group is led by node {}", st->leader);
+      e.leader = static_cast<unsigned>(*id);
+    }
+  }
+  return e;
 }
 
 void cluster_node::meta_submit(std::string entry, std::function<void(result<void>)> done) const {
@@ -376,19 +390,7 @@ void cluster_node::meta_submit(std::string entry, std::function<void(result<void
   }
   // Only the meta group's leader proposes: another node's request goes
   // there (the router forwards on error::leader).
-  if (!raft_->leads(shards())) {
-    auto st = raft_->status(shards());
-    error e =
-        make_error(errc::unavailable, "the meta group has no leader (an election is under way)");
-    e.retry_after_ms = 1'000;
-    if (st.ok() && !st->leader.empty()) {
-      if (auto id = cfg_.raft_id_of(st->leader); id && st->leader != self_) {
-        e.message = fmt::format("the meta group is led by node {}", st->leader);
-        e.leader = static_cast<unsigned>(*id);
-      }
-    }
-    return done(std::move(e));
-  }
+  if (!raft_->leads(shards())) return done(not_meta_leader());
   auto shared = std::make_shared<std::function<void(result<void>)>>(std::move(done));
   placement_agent* agent = agent_.get();
   if (!worker_->post([agent, entry = std::move(entry), shared](bool stopping) {

@@ -64,6 +64,10 @@ class cluster_node final : public http::cluster_view {
 
  private:
   cluster_node(cluster::cluster_config cfg, const cmd::config& opts);
+  // The answer of a meta request on a node that does not lead the meta
+  // group: unavailable, with error::leader naming the leader when known
+  // (the router forwards there).
+  error not_meta_leader() const;
 
   cluster::cluster_config cfg_;
   std::string self_;

@@ -414,10 +414,9 @@ void placement_agent::drive(unsigned g, const cluster::shard_entry& e,
   // The preferred leader, when it is a voter here and this node is not it.
   if (!e.replicas.empty() && e.replicas.front() != self_) {
     const member* pref = find(conf, e.replicas.front());
+    const cluster::node_config* node = cfg_.node_of(e.replicas.front());
     const bool heard =
-        std::find(st.heard.begin(), st.heard.end(),
-                  cfg_.node_of(e.replicas.front()) ? cfg_.node_of(e.replicas.front())->id
-                                                   : std::string()) != st.heard.end();
+        node != nullptr && std::find(st.heard.begin(), st.heard.end(), node->id) != st.heard.end();
     if (pref != nullptr && pref->role == member_role::voter && heard) {
       hand_over(e.replicas.front(), "hand the leadership to the preferred leader");
     }

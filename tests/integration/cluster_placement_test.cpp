@@ -340,6 +340,20 @@ TEST_F(cluster_placement,
   ASSERT_TRUE(d) << "the drain did not finish";
   EXPECT_GE(d->moves_finished, 3u);
   {
+    // The moves in /metrics: started, finished, and how long the last took.
+    auto m = api_->send_retry(live(), "GET", "/metrics", nullptr, {}, 10s);
+    ASSERT_TRUE(m);
+    ASSERT_EQ(m->status, 200);
+    auto value = [&](const std::string& name) {
+      const auto at = m->body.find("\n" + name + " ");
+      return at == std::string::npos ? -1.0 : std::stod(m->body.substr(at + name.size() + 2));
+    };
+    EXPECT_GE(value("onceq_cluster_moves_finished_total"), 3.0) << m->body;
+    EXPECT_GE(value("onceq_cluster_moves_started_total"), 3.0);
+    EXPECT_GT(value("onceq_cluster_last_move_seconds"), 0.0);
+    EXPECT_GT(value("onceq_cluster_move_seconds_total"), 0.0);
+  }
+  {
     const cli_run r = run_cli(members_[0].http_port, "cluster status");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("drained"), std::string::npos) << r.out;
