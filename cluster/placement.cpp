@@ -78,12 +78,14 @@ std::string_view op_name(meta_command::kind k) noexcept {
       return "rebalanced";
     case K::grow:
       return "grow";
+    case K::sync:
+      return "sync";
   }
   return "?";
 }
 
 std::optional<meta_command::kind> op_from(std::string_view s) noexcept {
-  for (int k = 0; k <= static_cast<int>(meta_command::kind::grow); ++k) {
+  for (int k = 0; k <= static_cast<int>(meta_command::kind::sync); ++k) {
     auto kind = static_cast<meta_command::kind>(k);
     if (op_name(kind) == s) return kind;
   }
@@ -240,6 +242,10 @@ result<void> check(const meta_state& s, const meta_command& c) {
         return refused(fmt::format("grow: to {} nodes, from {} (at most {})", c.node,
                                    s.nodes.size(), k_max_nodes));
       }
+      return {};
+    case K::sync:
+      if (!known(s, c.node)) return refused(fmt::format("sync: unknown node {}", c.node));
+      if (c.nonce == 0) return refused("sync: the nonce must not be 0");
       return {};
   }
   return refused("unknown meta command");
@@ -630,6 +636,14 @@ result<meta_command> command_from(const json& j) {
       c.node = nodes;
       break;
     }
+    case K::sync: {
+      ONCEQ_TRY(g.only({"op", "node", "nonce"}));
+      ONCEQ_FIELD(node, g.u64("node"));
+      ONCEQ_FIELD(nonce, g.u64("nonce"));
+      c.node = node;
+      c.nonce = nonce;
+      break;
+    }
   }
   return c;
 }
@@ -637,14 +651,19 @@ result<meta_command> command_from(const json& j) {
 result<node_entry> node_from(const json& j, std::size_t i) {
   if (!j.is_object()) return malformed(fmt::format("state: node {}: expected an object", i + 1));
   fields f(j, fmt::format("state: node {}", i + 1));
-  ONCEQ_TRY(f.only({"state", "seen", "drain_requested", "since_ms"}));
+  ONCEQ_TRY(f.only({"state", "seen", "drain_requested", "since_ms", "synced"}));
   ONCEQ_FIELD(state, f.string("state"));
   ONCEQ_FIELD(seen, f.boolean("seen"));
   ONCEQ_FIELD(drain, f.boolean("drain_requested"));
   ONCEQ_FIELD(since_ms, f.u64("since_ms"));
   auto st = node_state_from(state);
   if (!st) return malformed(fmt::format("state: node {}: unknown state \"{}\"", i + 1, state));
-  return node_entry{*st, seen, drain, since_ms};
+  node_entry n{*st, seen, drain, since_ms};
+  if (j.contains("synced")) {  // absent from the snapshots of earlier builds
+    ONCEQ_FIELD(synced, f.u64("synced"));
+    n.synced = synced;
+  }
+  return n;
 }
 
 result<shard_entry> shard_from(const json& j, std::size_t g) {
@@ -856,6 +875,9 @@ result<void> apply_command(meta_state& s, const meta_command& c) {
       break;
     case K::grow:
       s.nodes.resize(c.node);
+      break;
+    case K::sync:
+      s.nodes[c.node - 1].synced = c.nonce;
       break;
   }
   return {};
@@ -1090,6 +1112,10 @@ std::string encode(const meta_command& c) {
     case K::grow:
       j["nodes"] = c.node;
       break;
+    case K::sync:
+      j["node"] = c.node;
+      j["nonce"] = c.nonce;
+      break;
   }
   return dump(j);
 }
@@ -1110,7 +1136,8 @@ std::string encode(const meta_state& s) {
     nodes.push_back({{"state", std::string(to_string(n.state))},
                      {"seen", n.seen},
                      {"drain_requested", n.drain_requested},
-                     {"since_ms", n.since_ms}});
+                     {"since_ms", n.since_ms},
+                     {"synced", n.synced}});
   }
   json shards = json::array();
   for (const shard_entry& e : s.shards) {

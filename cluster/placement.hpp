@@ -36,6 +36,11 @@ struct node_entry {
   bool seen = false;             // heard from at least once since the cluster began
   bool drain_requested = false;  // stays set across down/back: a drained node stays drained
   std::uint64_t since_ms = 0;    // when `state` was last set (the proposer's clock)
+  // The nonce of the node's last `sync`: its placement agent's read barrier
+  // (a node acts on the placement only once it has applied a sync of its
+  // own, proposed after it started: so never on the states a restart
+  // replays from its log).
+  std::uint64_t synced = 0;
   bool operator==(const node_entry&) const = default;
 };
 
@@ -123,6 +128,7 @@ struct meta_command {
     rebalance = 9,    // an operator asks for a rebalance (rebalance = true)
     rebalanced = 10,  // the controller found the spread within one (rebalance = false)
     grow = 11,        // the registry grows to `node` nodes (the cluster file grew)
+    sync = 12,        // nodes[node - 1].synced = nonce (a read barrier; changes nothing else)
   };
   kind op = kind::node;
   raft_id node = 0;
@@ -136,6 +142,7 @@ struct meta_command {
   std::uint64_t term = 0;                       // leader
   std::uint64_t at_ms = 0;                      // node, move: the proposer's clock
   std::string reason;                           // move, move_cancel
+  std::uint64_t nonce = 0;                      // sync
   bool operator==(const meta_command&) const = default;
 };
 

@@ -146,9 +146,75 @@ bool placement_agent::holds_replica(unsigned g) const {
 
 void placement_agent::tick() {
   const std::uint64_t now = static_cast<std::uint64_t>(clock_.now_ms());
-  const cluster::meta_state s = meta_.state();
+  cluster::meta_state s = meta_.state();
+  // The meta leader's state is current (it applied a barrier of its term
+  // before it reads as ready).
   if (auto ms = raft_.status(meta_group_); ms.ok()) control(s, *ms, now);
+  if (!caught_up_) {
+    // A restart replays the meta log from its start (or last snapshot):
+    // the state passes through placements long gone, under which a group
+    // this node holds today looks moved away (and would be wiped) or a
+    // group long moved away looks placed here at version 1 (and would be
+    // bootstrapped anew). Nothing happens before a barrier.
+    if (!barrier().ok()) return;
+    caught_up_ = true;
+    log(log_level::info, k_log, "caught up with the meta group; placing from now on", {});
+    s = meta_.state();
+  }
   for (unsigned g = 0; g < meta_group_ && g < s.shards.size(); ++g) reconcile(g, s, now);
+}
+
+result<void> placement_agent::barrier() {
+  meta_command c;
+  c.op = meta_command::kind::sync;
+  c.node = self_;
+  while (c.nonce == 0) c.nonce = nonce_rng_();
+  if (auto r = submit(c); !r.ok()) return r;
+  const auto deadline = std::chrono::steady_clock::now() + k_submit_timeout;
+  for (;;) {
+    const std::uint64_t seen = meta_.applied();
+    {
+      const cluster::meta_state s = meta_.state();
+      if (self_ >= 1 && self_ <= s.nodes.size() && s.nodes[self_ - 1].synced == c.nonce) return {};
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return make_error(errc::unavailable, "this node did not apply its meta sync in time");
+    }
+    // A snapshot restored here moves no applied index: look again soon.
+    meta_.wait_past(seen, std::chrono::milliseconds(100));
+  }
+}
+
+void placement_agent::wipe_if_left(unsigned g, std::uint64_t now) {
+  if (!barrier().ok()) {
+    std::lock_guard lock(work_mu_);
+    work_[g].next_try_ms = now + static_cast<std::uint64_t>(opts_.retry_after.count());
+    return;
+  }
+  const cluster::meta_state s = meta_.state();
+  const cluster::shard_entry& e = s.shards[g];
+  {
+    std::lock_guard lock(work_mu_);
+    work_[g].wipe_pending = false;
+  }
+  // Placed here again meanwhile: the next tick opens the group on the
+  // directory it kept.
+  if (holds(e.replicas, self_) || (e.moving && e.moving->to == self_)) return;
+  begin(g, now);
+  auto done = [this, g](cluster::op_result r) {
+    if (!r.ok()) {
+      std::lock_guard lock(work_mu_);
+      work_[g].wipe_pending = true;  // tried again
+    }
+    end(g, r, "wipe the raft directory of a group this node left");
+  };
+  if (auto r = raft_.close_group(g, true, std::move(done)); !r.ok()) {
+    {
+      std::lock_guard lock(work_mu_);
+      work_[g].wipe_pending = true;
+    }
+    end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "wipe");
+  }
 }
 
 void placement_agent::control(const cluster::meta_state& s, const cluster::group_status& ms,
@@ -278,18 +344,40 @@ void placement_agent::reconcile(unsigned g, const cluster::meta_state& s, std::u
       for (raft_id r : e.replicas) boot.push_back(member{r, member_role::voter});
     }
     begin(g, now);
+    {
+      std::lock_guard lock(work_mu_);
+      work_[g].wipe_pending = false;  // placed here again before it was wiped
+    }
     if (auto r = raft_.open_group(g, std::move(boot), done_cb(g, "open")); !r.ok()) {
       end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "open");
     }
     return;
   }
-  if (!replica && !target && st.open && !full) {
+  if (!replica && !target && !full) {
     // The placement moved the shard away: the move that did so was
-    // committed after raft removed this node from the group.
-    begin(g, now);
-    if (auto r = raft_.close_group(g, true, done_cb(g, "close and wipe")); !r.ok()) {
-      end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "close");
+    // committed after raft removed this node from the group. The group
+    // closes first and its directory is wiped only after a barrier shows
+    // the shard still placed elsewhere: closed, this node cannot be made a
+    // voter again meanwhile, and a state this node applied late (a move
+    // back here already committed) cannot wipe a voter's log.
+    if (st.open) {
+      begin(g, now);
+      {
+        std::lock_guard lock(work_mu_);
+        work_[g].wipe_pending = true;
+      }
+      if (auto r = raft_.close_group(g, false, done_cb(g, "close a group this node left"));
+          !r.ok()) {
+        end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "close");
+      }
+      return;
     }
+    bool pending = false;
+    {
+      std::lock_guard lock(work_mu_);
+      pending = work_[g].wipe_pending;
+    }
+    if (pending) wipe_if_left(g, now);
     return;
   }
   if (!st.is_leader || !st.leader_ready) return;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +84,16 @@ class placement_agent {
   void tick();
   void control(const cluster::meta_state& s, const cluster::group_status& ms, std::uint64_t now);
   void reconcile(unsigned g, const cluster::meta_state& s, std::uint64_t now);
+  // A read barrier on the meta group: proposes a `sync` of this node with a
+  // fresh nonce and waits until this node has applied it. Once it answers
+  // ok, meta_.state() holds every placement change committed before the
+  // call (and only later ones from then on). unavailable when the meta
+  // group did not take or apply it in time.
+  result<void> barrier();
+  // Shard g's group, closed here, was left by this node: wipes its raft
+  // directory if a barrier confirms that the placement neither lists this
+  // node nor moves the shard to it.
+  void wipe_if_left(unsigned g, std::uint64_t now);
   // As the meta leader: a node of the file the meta group lacks is added
   // (raft_add, then raft_assign standby), one change at a time.
   void grow_meta_group(const cluster::group_status& ms, std::uint64_t now);
@@ -98,6 +109,9 @@ class placement_agent {
     std::uint64_t next_try_ms = 0;
     std::uint64_t reported_term = 0;
     std::uint64_t last_transfer_ms = 0;
+    // Closed because the placement moved the shard away; its raft
+    // directory waits for a barrier before it is wiped.
+    bool wipe_pending = false;
   };
 
   const cluster::cluster_config& cfg_;
@@ -111,6 +125,13 @@ class placement_agent {
 
   mutable std::mutex work_mu_;
   std::vector<shard_work> work_;  // work_mu_; per shard, then the meta group
+
+  // Agent thread only: whether a barrier has passed since this node
+  // started. Until then the meta state may be one that a restart is
+  // replaying from the log (a placement long gone), and the agent opens,
+  // closes and changes nothing.
+  bool caught_up_ = false;
+  std::mt19937_64 nonce_rng_{std::random_device{}()};
 
   // The controller's view (agent thread only).
   std::uint64_t meta_term_ = 0;

@@ -536,6 +536,46 @@ TEST(placement_apply, grow_adds_unseen_nodes_and_never_shrinks) {
   EXPECT_EQ(*state_back, s);
 }
 
+// sync is a node's read barrier (cmd/placement_agent): it records the
+// nonce on that node's entry and changes nothing else; the record survives
+// a snapshot, and a snapshot of an earlier build (no "synced") still loads.
+TEST(placement_apply, sync_records_the_nonce_and_changes_nothing_else) {
+  meta_state s = sample_state();
+  meta_command c;
+  c.op = meta_command::kind::sync;
+  c.node = 2;
+  c.nonce = 0xfeedfacecafebeefULL;
+  auto back = decode_command(encode(c));
+  ASSERT_TRUE(back.ok()) << back.err().message;
+  EXPECT_EQ(*back, c);
+  meta_state want = s;
+  want.nodes[1].synced = c.nonce;
+  ASSERT_TRUE(apply_command(s, c).ok());
+  EXPECT_EQ(s, want);
+  auto state_back = decode_state(encode(s));
+  ASSERT_TRUE(state_back.ok()) << state_back.err().message;
+  EXPECT_EQ(*state_back, s);
+
+  const meta_state before = s;
+  meta_command unknown = c;
+  unknown.node = static_cast<raft_id>(s.nodes.size() + 1);
+  EXPECT_EQ(apply_command(s, unknown).code(), errc::failed_precondition);
+  meta_command zero = c;
+  zero.nonce = 0;
+  EXPECT_EQ(apply_command(s, zero).code(), errc::failed_precondition);
+  EXPECT_EQ(s, before);
+  EXPECT_FALSE(decode_command(R"({"op":"sync","node":1})").ok());
+  EXPECT_FALSE(decode_command(R"({"op":"sync","node":1,"nonce":-1})").ok());
+  EXPECT_FALSE(decode_command(R"({"op":"sync","node":1,"nonce":2,"x":1})").ok());
+
+  auto old = decode_state(
+      R"({"nodes":[{"state":"active","seen":true,"drain_requested":false,"since_ms":5}],)"
+      R"("shards":[],"placed":false,"rebalance":false,"moves_started":0,)"
+      R"("moves_finished":0,"moves_cancelled":0})");
+  ASSERT_TRUE(old.ok()) << old.err().message;
+  EXPECT_EQ(old->nodes.at(0).synced, 0u);
+}
+
 TEST(placement_apply, node_and_drain) {
   meta_state s = meta_state::empty(2, 1);
   ASSERT_TRUE(apply_command(s, node_cmd(1, node_state::down, 10)).ok());
