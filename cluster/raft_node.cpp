@@ -2,9 +2,14 @@
 
 #include "cluster/raft_node_impl.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 // raft 0.15 checksums every entry it writes, sends and reads with
 // byteCrc32: a CRC-32 computed most significant bit first (polynomial
@@ -157,8 +162,19 @@ error raft_node::impl::no_group(unsigned g) {
   return make_error(errc::invalid_argument, fmt::format("no group {}", g));
 }
 
+namespace {
+
+// <data_dir>/raft/<group>.wiped: what a wipe cut short by a crash left.
+std::filesystem::path wiped_path(const std::string& dir) {
+  return std::filesystem::path(dir + ".wiped");
+}
+
+}  // namespace
+
 result<void> raft_node::impl::init_group(group& g) {
   std::error_code ec;
+  std::filesystem::remove_all(wiped_path(g.dir), ec);  // a wipe a crash cut short
+  ec.clear();
   std::filesystem::create_directories(g.dir, ec);
   if (ec) {
     return make_error(errc::unavailable, fmt::format("{}: {}", g.dir, ec.message()));
@@ -307,11 +323,7 @@ void raft_node::impl::finish_close(group& g) {
     published_[g.index] = published{};
   }
   std::string why;
-  if (g.wipe) {
-    std::error_code ec;
-    std::filesystem::remove_all(g.dir, ec);
-    if (ec) why = fmt::format("{}: {}", g.dir, ec.message());
-  }
+  if (g.wipe) why = wipe_dir(g.dir);
   g.wipe = false;
   auto cbs = std::move(g.close_cbs);
   g.close_cbs.clear();
@@ -453,6 +465,35 @@ void raft_node::impl::release_all(group& g) {
     delete t;
   }
   for (auto& cb : cbs) deliver(cb, fail(raft_errc::shutting_down, "the raft node is stopping"));
+}
+
+// A group's directory goes in one step a crash cannot cut in half: renamed
+// aside (atomic), the rename made durable, then deleted. A kill -9 in the
+// middle of deleting the directory itself left a log with a hole in it
+// (its first segment and its last ones, the snapshot gone), which raft
+// refuses at the next start ("unexpected closed segment"), so the node
+// could not start again; now the group's path holds the whole directory or
+// nothing, and init_group deletes a leftover.
+std::string raft_node::impl::wipe_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path trash = wiped_path(dir);
+  std::error_code ec;
+  fs::remove_all(trash, ec);
+  if (ec) return fmt::format("{}: {}", trash.string(), ec.message());
+  fs::rename(dir, trash, ec);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec) return fmt::format("{}: {}", dir, ec.message());
+  const std::string parent = fs::path(dir).parent_path().string();
+  const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return fmt::format("{}: fsync: {}", parent, std::strerror(err));
+  }
+  ::close(fd);
+  fs::remove_all(trash, ec);
+  if (ec) return fmt::format("{}: {}", trash.string(), ec.message());
+  return {};
 }
 
 namespace {

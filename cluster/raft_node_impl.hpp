@@ -260,6 +260,8 @@ class raft_node::impl {
   // After raft_close of one group (close_group): its I/O released, its
   // directory wiped if asked, the group dormant again.
   void finish_close(group& g);
+  // Deletes a group's directory crash-safely (raft_node.cpp); "" or why not.
+  static std::string wipe_dir(const std::string& dir);
   static void on_change(struct raft_change* req, int status);
   static int role_of(member_role r);
   static error no_group(unsigned g);
