@@ -134,5 +134,37 @@ TEST(bytes, strings_are_length_prefixed_and_fields_concatenate) {
   EXPECT_TRUE(r.at_end());
 }
 
+TEST(bytes, a_writer_is_reusable_after_take_and_after_a_move) {
+  byte_writer w;
+  w.str("first");
+  EXPECT_EQ(w.take(), bytes({0x05, 'f', 'i', 'r', 's', 't'}));
+  w.varint(300);
+  EXPECT_EQ(w.take(), bytes({0xac, 0x02}));
+  EXPECT_EQ(w.take(), "");
+
+  w.str(std::string(40, 'a'));  // past the short-string buffer
+  byte_writer moved(std::move(w));
+  moved.byte(7);
+  EXPECT_EQ(moved.take(), bytes({40}) + std::string(40, 'a') + bytes({7}));
+  w.byte(1);  // NOLINT(bugprone-use-after-move): a moved-from writer starts empty
+  EXPECT_EQ(w.take(), bytes({1}));
+
+  byte_writer a, b;
+  a.varint(1);
+  b.str(std::string(100, 'b'));
+  a = std::move(b);
+  a.byte(2);
+  EXPECT_EQ(a.take(), bytes({100}) + std::string(100, 'b') + bytes({2}));
+  b.byte(3);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(b.take(), bytes({3}));
+
+  byte_writer c;
+  c.str("x");
+  byte_writer d(c);  // a copy goes on independently
+  d.byte(9);
+  EXPECT_EQ(c.take(), bytes({1, 'x'}));
+  EXPECT_EQ(d.take(), bytes({1, 'x', 9}));
+}
+
 }  // namespace
 }  // namespace onceq
