@@ -1,5 +1,6 @@
 #include "storage/schema.hpp"
 
+#include <bit>
 #include <cstring>
 
 #include "base/bytes.hpp"
@@ -20,11 +21,25 @@ constexpr std::uint8_t k_delivery_version = 3;
 constexpr std::uint8_t k_key_version = 3;
 constexpr std::uint8_t k_outbox_version = 1;
 
-void put_be32(std::string& out, std::uint32_t v) {
-  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+// Big-endian words (keys sort numerically), written whole: into a key's
+// stack buffer, which becomes the string in one copy, rather than a
+// push_back per byte (docs/BENCHMARKS.md, ninth round).
+static_assert(std::endian::native == std::endian::little ||
+              std::endian::native == std::endian::big);
+char* be32(char* p, std::uint32_t v) {
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap32(v);
+  std::memcpy(p, &v, sizeof v);
+  return p + sizeof v;
 }
-void put_be64(std::string& out, std::uint64_t v) {
-  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((v >> (i * 8)) & 0xff));
+char* be64(char* p, std::uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, sizeof v);
+  return p + sizeof v;
+}
+void put_be32(std::string& out, std::uint32_t v) {
+  char b[4];
+  be32(b, v);
+  out.append(b, sizeof b);
 }
 std::uint32_t get_be32(std::string_view s) {
   std::uint32_t v = 0;
@@ -37,16 +52,24 @@ std::uint64_t get_be64(std::string_view s) {
   return v;
 }
 
+// A varint's most bytes, for the room a record needs (writer's hint).
+constexpr std::size_t k_varint = 10;
+
 // Record values: a version byte (after the expiry for records the
 // compaction filter reads), then base/bytes.hpp's encoding.
 class writer : public byte_writer {
  public:
-  writer() { byte(k_format_version); }
   struct versioned {
     std::uint8_t v;
   };
-  explicit writer(versioned v) { byte(v.v); }
-  explicit writer(millis expires_at, std::uint8_t version = k_format_version) {
+  // hint: about the bytes the record takes (0: unknown), made room for at once.
+  explicit writer(versioned v = versioned{k_format_version}, std::size_t hint = 0) {
+    if (hint != 0) reserve(hint);
+    byte(v.v);
+  }
+  explicit writer(millis expires_at, std::uint8_t version = k_format_version,
+                  std::size_t hint = 0) {
+    if (hint != 0) reserve(hint);
     fixed64(static_cast<std::uint64_t>(expires_at));
     byte(version);
   }
@@ -70,9 +93,9 @@ error corrupt(std::string_view what) {
 }
 
 std::string with_prefix(char p, topic_id t) {
-  std::string k(1, p);
-  put_be32(k, t);
-  return k;
+  char k[5] = {p};
+  be32(k + 1, t);
+  return std::string(k, sizeof k);
 }
 
 }  // namespace
@@ -114,18 +137,17 @@ std::string group_prefix(topic_id t) {
   return with_prefix('g', t);
 }
 std::string cursor(topic_id t, group_id g, std::uint32_t partition) {
-  auto k = with_prefix('c', t);
-  put_be32(k, g);
-  put_be32(k, partition);
-  return k;
+  char k[13] = {'c'};
+  be32(be32(be32(k + 1, t), g), partition);
+  return std::string(k, sizeof k);
 }
 std::string cursor_prefix(topic_id t) {
   return with_prefix('c', t);
 }
 std::string partition_start(topic_id t, std::uint32_t partition) {
-  auto k = with_prefix('s', t);
-  put_be32(k, partition);
-  return k;
+  char k[9] = {'s'};
+  be32(be32(k + 1, t), partition);
+  return std::string(k, sizeof k);
 }
 std::string partition_start_prefix(topic_id t) {
   return with_prefix('s', t);
@@ -137,9 +159,9 @@ std::string applied() {
   return "a";
 }
 std::string outbox(std::uint64_t seq) {
-  std::string k(1, 'o');
-  put_be64(k, seq);
-  return k;
+  char k[9] = {'o'};
+  be64(k + 1, seq);
+  return std::string(k, sizeof k);
 }
 std::string outbox_prefix() {
   return "o";
@@ -148,9 +170,9 @@ std::string outbox_next() {
   return "q";
 }
 std::string outbox_high_water(std::uint32_t source) {
-  std::string k(1, 'w');
-  put_be32(k, source);
-  return k;
+  char k[5] = {'w'};
+  be32(k + 1, source);
+  return std::string(k, sizeof k);
 }
 result<std::uint64_t> parse_outbox_seq(std::string_view key) {
   if (key.size() != 9 || key[0] != 'o') return corrupt("outbox key");
@@ -159,36 +181,30 @@ result<std::uint64_t> parse_outbox_seq(std::string_view key) {
   return v;
 }
 std::string fence(topic_id t, group_id g) {
-  auto k = with_prefix('f', t);
-  put_be32(k, g);
-  return k;
+  char k[9] = {'f'};
+  be32(be32(k + 1, t), g);
+  return std::string(k, sizeof k);
 }
 std::string fence_prefix(topic_id t) {
   return with_prefix('f', t);
 }
 
 std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset) {
-  std::string k;
-  k.reserve(16);
-  put_be32(k, t);
-  put_be32(k, partition);
-  put_be64(k, offset);
-  return k;
+  char k[16];
+  be64(be32(be32(k, t), partition), offset);
+  return std::string(k, sizeof k);
 }
 std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset) {
-  std::string k;
-  k.reserve(20);
-  put_be32(k, t);
-  put_be32(k, g);
-  put_be32(k, partition);
-  put_be64(k, offset);
-  return k;
+  char k[20];
+  be64(be32(be32(be32(k, t), g), partition), offset);
+  return std::string(k, sizeof k);
 }
 std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key) {
+  char head[12];
+  be32(be32(be32(head, t), g), static_cast<std::uint32_t>(tenant.size()));
   std::string k;
-  put_be32(k, t);
-  put_be32(k, g);
-  put_be32(k, static_cast<std::uint32_t>(tenant.size()));
+  k.reserve(sizeof head + tenant.size() + key.size());
+  k.append(head, sizeof head);
   k.append(tenant);
   k.append(key);
   return k;
@@ -217,25 +233,25 @@ std::string topic_history_of(std::string_view idem_key) {
 }
 std::string dedup(topic_id t, std::string_view id) {
   std::string k;
+  k.reserve(4 + id.size());
   put_be32(k, t);
   k.append(id);
   return k;
 }
 std::string topic_begin(topic_id t) {
-  std::string k;
-  put_be32(k, t);
-  return k;
+  char k[4];
+  be32(k, t);
+  return std::string(k, sizeof k);
 }
 std::string topic_end(topic_id t) {
-  std::string k;
-  put_be32(k, t + 1);
-  return k;
+  char k[4];
+  be32(k, t + 1);
+  return std::string(k, sizeof k);
 }
 std::string group_begin(topic_id t, group_id g) {
-  std::string k;
-  put_be32(k, t);
-  put_be32(k, g);
-  return k;
+  char k[8];
+  be32(be32(k, t), g);
+  return std::string(k, sizeof k);
 }
 std::string group_end(topic_id t, group_id g) {
   return prefix_end(group_begin(t, g));
@@ -343,7 +359,9 @@ result<group_record> decode_group(std::string_view v) {
 }
 
 std::string encode(const message_record& r) {
-  writer w;
+  writer w(writer::versioned{k_format_version}, 3 + 11 * k_varint + (r.key ? r.key->size() : 0) +
+                                                    r.value.size() + r.envelope_json.size() +
+                                                    r.idempotency_key.size() + r.tenant_id.size());
   w.svarint(r.produced_at_ms);
   w.svarint(r.deliver_at_ms);
   w.byte(r.key ? 1 : 0);
@@ -394,7 +412,8 @@ result<message_record> decode_message(std::string_view v) {
 }
 
 std::string encode(const delivery_record& r) {
-  writer w(writer::versioned{k_delivery_version});
+  writer w(writer::versioned{k_delivery_version},
+           2 + 7 * k_varint + r.owner.size() + r.last_error.size());
   w.byte(static_cast<std::uint8_t>(r.state));
   w.str(r.owner);
   w.svarint(r.attempts);
@@ -421,7 +440,9 @@ result<delivery_record> decode_delivery(std::string_view v) {
 }
 
 std::string encode(const key_record& r) {
-  writer w(r.expires_at_ms, k_key_version);
+  std::size_t hint = 10 + 8 * k_varint + r.owner.size() + r.result_json.size();
+  for (const auto& p : r.produced) hint += 1 + 5 * k_varint + p.topic.size();
+  writer w(r.expires_at_ms, k_key_version, hint);
   w.byte(static_cast<std::uint8_t>(r.state));
   w.str(r.owner);
   w.varint(r.partition);

@@ -4,6 +4,7 @@
 // result read by the codec (a value inside a body, stored minified). And
 // the one writer path (http/json_write.hpp).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -567,6 +568,108 @@ TEST(JsonTest, AppendJsonStringEscapesAtEveryOffset) {
   std::string out;
   append_json_string(out, "0123456789abcdef0123456789");
   EXPECT_EQ(out, "\"0123456789abcdef0123456789\"");
+}
+
+// The escaper's exact bytes, which clients see: '"', '\\' and the control
+// characters escaped (\b \f \n \r \t short, the others \u00XX in lower
+// case), everything else (DEL, UTF-8, any byte >= 0x80) passed through.
+std::string reference_escape(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 0xf];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+TEST(JsonTest, AppendJsonStringExactBytes) {
+  std::string all;
+  for (int c = 0; c < 0x100; ++c) all.push_back(static_cast<char>(c));
+  std::string out;
+  append_json_string(out, all);
+  std::string want = "\"";
+  want += R"(\u0000\u0001\u0002\u0003\u0004\u0005\u0006\u0007\b\t\n\u000b\f\r\u000e\u000f)";
+  want += R"(\u0010\u0011\u0012\u0013\u0014\u0015\u0016\u0017\u0018\u0019\u001a\u001b\u001c)";
+  want += R"(\u001d\u001e\u001f !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\])";
+  want += "^_`abcdefghijklmnopqrstuvwxyz{|}~\x7f";
+  for (int c = 0x80; c < 0x100; ++c) want.push_back(static_cast<char>(c));
+  want += "\"";
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(out, reference_escape(all));
+  // Appends: what is already in out stays.
+  out = "x";
+  append_json_string(out, "\xC3\xA9\xF0\x9F\x98\x80 caf\xC3\xA9");
+  EXPECT_EQ(out, "x\"\xC3\xA9\xF0\x9F\x98\x80 caf\xC3\xA9\"");
+  out = "y";
+  append_json_string(out, "");
+  EXPECT_EQ(out, "y\"\"");
+  // A long clean run, alone and with a special byte at its start, middle
+  // and end.
+  std::string clean;
+  for (int i = 0; i < 5000; ++i) clean.push_back(static_cast<char>(' ' + (i * 7) % 95));
+  std::erase_if(clean, [](char c) { return c == '"' || c == '\\'; });
+  out.clear();
+  append_json_string(out, clean);
+  EXPECT_EQ(out, "\"" + clean + "\"");
+  for (std::size_t at : {std::size_t{0}, clean.size() / 2, clean.size() - 1}) {
+    std::string in = clean;
+    in[at] = '\x1b';
+    out.clear();
+    append_json_string(out, in);
+    EXPECT_EQ(out, reference_escape(in)) << at;
+    EXPECT_EQ(out.size(), clean.size() + 2 + 5);
+  }
+}
+
+TEST(JsonTest, AppendJsonStringMatchesTheReferenceOnRandomStrings) {
+  std::mt19937 rng(32);
+  // Strings of every length up to 200 with few, some and many special bytes,
+  // drawn from printable ASCII, the specials and high bytes.
+  const std::string specials = std::string("\"\\\b\f\n\r\t\x01\x1f\x7f\x80\xff", 12) + '\0';
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t len = rng() % 201;
+    const unsigned density = std::array<unsigned, 4>{0, 2, 20, 80}[round % 4];
+    std::string in(len, 'a');
+    for (auto& c : in) {
+      c = rng() % 100 < density
+              ? specials[rng() % specials.size()]
+              : static_cast<char>(rng() % 2 ? ' ' + rng() % 95 : 0x80 + rng() % 128);
+    }
+    std::string out = "pre";
+    append_json_string(out, in);
+    ASSERT_EQ(out, "pre" + reference_escape(in)) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -338,6 +338,130 @@ TEST(schema, meta_keys_have_distinct_prefixes) {
   EXPECT_FALSE(keys::next_topic_id().starts_with(keys::topic_prefix()));
 }
 
+// The key layout is persisted: the exact bytes, big-endian words at their
+// boundaries (0, 1, 2^31, 2^32-1 and 2^64-1).
+std::string hex(std::string_view s) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (char c : s) {
+    const auto b = static_cast<std::uint8_t>(c);
+    out += digits[b >> 4];
+    out += digits[b & 0xf];
+  }
+  return out;
+}
+
+// Hex digits with spaces between the fields, for reading.
+std::string fields(std::string_view spaced) {
+  std::string out(spaced);
+  std::erase(out, ' ');
+  return out;
+}
+
+TEST(schema, keys_exact_bytes) {
+  constexpr std::uint32_t m32 = 0xffffffffu;
+  constexpr std::uint64_t m64 = ~0ull;
+  EXPECT_EQ(hex(keys::message(0, 1, 1ull << 31)), fields("00000000 00000001 0000000080000000"));
+  EXPECT_EQ(hex(keys::message(m32, 0x80000000u, m64)),
+            fields("ffffffff 80000000 ffffffffffffffff"));
+  EXPECT_EQ(hex(keys::message(0x01020304, 0x0a0b0c0d, 0x0102030405060708ull)),
+            fields("01020304 0a0b0c0d 0102030405060708"));
+  EXPECT_EQ(hex(keys::message(1, 0, m32)), fields("00000001 00000000 00000000ffffffff"));
+  EXPECT_EQ(hex(keys::delivery(1, 2, m32, 1ull << 32)),
+            fields("00000001 00000002 ffffffff 0000000100000000"));
+  EXPECT_EQ(hex(keys::delivery(0x80000000u, 0, 1, m64)),
+            fields("80000000 00000000 00000001 ffffffffffffffff"));
+  EXPECT_EQ(hex(keys::delivery(0, 0, 0, 0)), std::string(40, '0'));
+  EXPECT_EQ(hex(keys::cursor(0x01020304, 0x80000000u, m32)),
+            fields("63 01020304 80000000 ffffffff"));
+  EXPECT_EQ(hex(keys::partition_start(1, 0x01000000)), fields("73 00000001 01000000"));
+  EXPECT_EQ(hex(keys::group(0x01020304, "g")), fields("67 01020304 67"));
+  EXPECT_EQ(hex(keys::group_prefix(m32)), fields("67 ffffffff"));
+  EXPECT_EQ(hex(keys::fence(1, 2)), fields("66 00000001 00000002"));
+  EXPECT_EQ(hex(keys::outbox(0x0102030405060708ull)), fields("6f 0102030405060708"));
+  EXPECT_EQ(hex(keys::outbox(m64)), fields("6f ffffffffffffffff"));
+  EXPECT_EQ(hex(keys::outbox(0)), fields("6f 0000000000000000"));
+  EXPECT_EQ(hex(keys::outbox_high_water(0x80000000u)), fields("77 80000000"));
+  EXPECT_EQ(hex(keys::idem_key(1, 0x80000002u, "ten", "k")),
+            fields("00000001 80000002 00000003 74656e 6b"));
+  EXPECT_EQ(hex(keys::key_latest(m32, "", "k")), fields("ffffffff 00000000 00000000 6b"));
+  EXPECT_EQ(hex(keys::key_history(1, 2, "", "k")), fields("00000001 80000002 00000000 6b"));
+  EXPECT_EQ(hex(keys::dedup(7, "id")), fields("00000007 6964"));
+  EXPECT_EQ(hex(keys::topic_begin(0xff)), "000000ff");
+  EXPECT_EQ(hex(keys::topic_end(0xff)), "00000100");
+  EXPECT_EQ(hex(keys::group_begin(1, m32)), fields("00000001 ffffffff"));
+  EXPECT_EQ(hex(keys::group_end(1, m32)), "00000002");
+  auto seq = keys::parse_outbox_seq(keys::outbox(m64));
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, m64);
+  auto d = keys::parse_delivery(keys::delivery(m32, 0x80000000u, 1, m64));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->topic, m32);
+  EXPECT_EQ(d->group, 0x80000000u);
+  EXPECT_EQ(d->partition, 1u);
+  EXPECT_EQ(d->offset, m64);
+}
+
+// The record values are persisted too: the exact bytes of each kind the
+// drain writes (delivery, key, message) and of the others.
+TEST(schema, records_exact_bytes) {
+  delivery_record d{delivery_state::leased, "worker-1", 4, 1'700'000'030'000, -1, "boom"};
+  d.fencing_token = 300;
+  d.ended_at_ms = 1'700'000'040'000;
+  // version 3, leased, owner, attempts, lease deadline, not before, last
+  // error, fencing token, ended at.
+  EXPECT_EQ(hex(encode(d)),
+            fields("03 01 08776f726b65722d31 08 e0f4aefef962 01 04626f6f6d ac02 8091b0fef962"));
+  EXPECT_EQ(hex(encode(delivery_record{})), fields("03 00 00 00 00 00 00 00 00"));
+
+  key_record k;
+  k.expires_at_ms = 1'700'604'800'000;
+  k.state = key_state::committed;
+  k.owner = "w";
+  k.partition = 5;
+  k.offset = 1ull << 40;
+  k.attempts = 2;
+  k.committed_at_ms = 1'700'000'000'000;
+  k.result_json = R"({"ok":true})";
+  k.fencing_token = 16384;
+  k.produced.push_back(produced_ref{"next", 1, 127, true, false, true, 128});
+  // expires at (fixed64), version 3, committed, owner, partition, offset,
+  // attempts, committed at, result, fencing token; one produced: topic,
+  // partition, offset, flags, outbox seq.
+  EXPECT_EQ(hex(encode(k)), fields("00ecf1f38b010000 03 01 0177 05 808080808020 04 80a0abfef962 "
+                                   "0b7b226f6b223a747275657d 808001 "
+                                   "01 046e657874 01 7f 05 8001"));
+
+  // version 1, produced at, deliver at, has key, key, value, envelope,
+  // idempotency key, tenant, key ttl, max attempts, backoff, max backoff;
+  // has dlq, its topic, partition, offset, attempts, last error, routed at.
+  EXPECT_EQ(hex(encode(full_message())),
+            fields("01 80a0abfef962 90eeabfef962 01 07757365722d3432 "
+                   "0f7b2261223a317d0062696e617279ff 117b2276616c7565223a7b2261223a317d7d "
+                   "086368617267652d31 0461636d65 00 0a c801 a09c01 "
+                   "01 066f7264657273 03 94b4e4f4cb03 0a 0774696d656f7574 9ebcacfef962"));
+  message_record m;
+  m.produced_at_ms = 1'700'000'000'000;
+  m.value = std::string(200, 'v');
+  EXPECT_EQ(hex(encode(m)), fields("01 80a0abfef962 00 00 c801") + hex(m.value) +
+                                fields("00 00 00 01 01 01 01 00"));
+
+  EXPECT_EQ(hex(encode(dedup_record{1'700'000'120'000, 2, 77, 1'700'000'000'000})),
+            fields("c03ce7cf8b010000 01 02 4d 80a0abfef962"));
+  EXPECT_EQ(hex(encode(latest_record{9, 1, 2})), fields("0900000000000000 01 01 02"));
+  EXPECT_EQ(hex(encode(group_record{3, 9, "billing"})), fields("01 03 09 0762696c6c696e67"));
+  EXPECT_EQ(hex(encode_u64(~0ull)), fields("01 ffffffffffffffffff01"));
+  outbox_record o;
+  o.topic = "t";
+  o.message = "{}";
+  o.created_at_ms = 5;
+  o.source_scope = "s";
+  o.source_partition = 1;
+  o.source_offset = 128;
+  o.index = 2;
+  EXPECT_EQ(hex(encode(o)), fields("01 0174 027b7d 0a 0173 01 8001 02"));
+}
+
 TEST(schema, parse_delivery_key) {
   auto r = keys::parse_delivery(keys::delivery(1, 2, 3, 1ull << 40));
   ASSERT_TRUE(r.ok());
