@@ -84,7 +84,8 @@ TEST(bytes, svarint_is_zigzag) {
   EXPECT_EQ(svarint_of(min), bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
   for (std::int64_t v : {min, min + 1, std::int64_t{-1700000000000}, std::int64_t{-1},
                          std::int64_t{0}, std::int64_t{1700000000000}, max}) {
-    byte_reader r(svarint_of(v));
+    const std::string encoded = svarint_of(v);  // the reader views it
+    byte_reader r(encoded);
     std::int64_t back = 0;
     ASSERT_TRUE(r.svarint(back));
     EXPECT_EQ(back, v);
