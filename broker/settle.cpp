@@ -194,16 +194,17 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
                      st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
                      st::encode(rec));
       acked.insert(pos);
-      tx.then([&c, t, g, pos, scope = d.scope, now] {
+      tx.then([&c, t, g, pos, scope = d.scope, now]() mutable {
         ++g->stats.acked;
         const auto* od = g->find(pos);
         const std::string okey = od == nullptr ? std::string() : od->okey;
         g->close(pos);
-        if (!scope.empty()) c.committed_keys.push_back(scope);
         bool ready = g->release_key(t->rec.id, scope, pos, now, c.timers);
         // The next message of its ordering key, if any, is due now.
         ready = g->release_order(t->rec.id, okey, pos, now, c.timers) || ready;
         if (ready) c.ready_topics.insert(t->rec.name);
+        // Last, so that the scope moves instead of being copied.
+        if (!scope.empty()) c.committed_keys.push_back(std::move(scope));
       });
       return {};
     };
