@@ -98,6 +98,8 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   std::vector<ack_outcome> out;
   out.reserve(cmd.acks.size());
   txn tx;
+  // Each ack puts its delivery and its key, and has one effect.
+  tx.reserve(2 * cmd.acks.size(), cmd.acks.size());
   // What this batch has done so far, which memory does not show until commit.
   small_set<position> acked(cmd.acks.size());
   // Views of the open deliveries' scopes: the group's deliveries change
