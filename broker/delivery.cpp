@@ -46,6 +46,15 @@ class consume_planner {
       auto cap = static_cast<std::uint64_t>(t.rec.settings.max_inflight);
       want_ = std::min(want_, cap > g.stats.inflight ? cap - g.stats.inflight : 0);
     }
+    // A delivery record, an effect and an answer a message it may take, the
+    // cursors and the fence (nothing for a consume that finds nothing).
+    std::uint64_t avail = 0;
+    for (std::size_t p = 0; p < n; ++p)
+      avail += g.parts[p].ready.size() + (t.parts[p].next - cursor_[p]);
+    if (const auto expect = std::min(want_, avail); expect > 0) {
+      tx.reserve(expect + n + 1, expect + n + 1);
+      out_.reserve(expect);
+    }
   }
 
   result<std::vector<delivery>> run() {

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <set>
+#include <algorithm>
+#include <string_view>
+#include <vector>
 
 #include "broker/broker.hpp"
 #include "broker/core.hpp"
@@ -26,6 +28,22 @@ result<T> rejected(core& c, txn& tx, error e) {
   [[maybe_unused]] auto ignored = tx.commit(c.store);  // no write: cannot fail
   return e;
 }
+
+// A set of at most one ack batch's entries: a sorted vector, reserved once,
+// instead of a node per entry.
+template <class T>
+class small_set {
+ public:
+  explicit small_set(std::size_t n) { v_.reserve(n); }
+  bool contains(const T& x) const { return std::binary_search(v_.begin(), v_.end(), x); }
+  void insert(T x) {
+    auto it = std::lower_bound(v_.begin(), v_.end(), x);
+    if (it == v_.end() || *it != x) v_.insert(it, std::move(x));
+  }
+
+ private:
+  std::vector<T> v_;
+};
 
 // The group an ack batch names, if it exists (to count a rejection after
 // its staged changes were rolled back).
@@ -80,9 +98,13 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   std::vector<ack_outcome> out;
   out.reserve(cmd.acks.size());
   txn tx;
+  // Each ack puts its delivery and its key, and has one effect.
+  tx.reserve(2 * cmd.acks.size(), cmd.acks.size());
   // What this batch has done so far, which memory does not show until commit.
-  std::set<position> acked;
-  std::set<std::string> committed;
+  small_set<position> acked(cmd.acks.size());
+  // Views of the open deliveries' scopes: the group's deliveries change
+  // only when the txn commits, after the last look.
+  small_set<std::string_view> committed(cmd.acks.size());
   for (const auto& a : cmd.acks) {
     ack_outcome o{a.partition, a.offset, errc::ok, {}, {}};
     delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
@@ -94,7 +116,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       auto* t = loc->t;
       auto* g = loc->g;
       const auto pos = loc->pos;
-      if (loc->d == nullptr || acked.count(pos)) {
+      if (loc->d == nullptr || acked.contains(pos)) {
         // Acked already, auto-acked, dead-lettered or deleted: only the same
         // owner's repeated ack of the same delivery succeeds.
         auto v = c.store.get(column::deliveries,
@@ -124,7 +146,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       // The step's next messages, in this txn (refused: the ack too).
       std::vector<step_produced> made;
       if (!a.produce.empty()) {
-        if (!d.scope.empty() && committed.count(d.scope))
+        if (!d.scope.empty() && committed.contains(d.scope))
           return reject_stale(*g, tx,
                               "the message's idempotency key was committed by another delivery");
         auto staged = stage_steps(c, a.produce, step_source{d.scope, pos}, now, tx);
@@ -137,7 +159,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         // delivery needs to look.
         const auto* h = g->keys.holder(d.scope);
         bool holding = d.state == st::delivery_state::leased && h != nullptr && *h == pos;
-        if (committed.count(d.scope))
+        if (committed.contains(d.scope))
           return reject_stale(*g, tx,
                               "the message's idempotency key was committed by another delivery");
         if (!holding) {
@@ -153,7 +175,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         kr.produced = produced_refs(made);
         auto ttl = key_ttl_of(*t, d);
         tx.batch().put(column::keys, d.scope, st::encode(kr));
-        committed.insert(d.scope);
+        committed.insert(std::string_view(d.scope));
         auto ev = delivery_event(st::history_kind::committed, now, pos, d);
         ev.result_bytes = a.result_json.size();
         note_history(tx, *t, d.scope, ttl, std::move(ev));
@@ -174,16 +196,17 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
                      st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
                      st::encode(rec));
       acked.insert(pos);
-      tx.then([&c, t, g, pos, scope = d.scope, now] {
+      tx.then([&c, t, g, pos, scope = d.scope, now]() mutable {
         ++g->stats.acked;
         const auto* od = g->find(pos);
         const std::string okey = od == nullptr ? std::string() : od->okey;
         g->close(pos);
-        if (!scope.empty()) c.committed_keys.push_back(scope);
         bool ready = g->release_key(t->rec.id, scope, pos, now, c.timers);
         // The next message of its ordering key, if any, is due now.
         ready = g->release_order(t->rec.id, okey, pos, now, c.timers) || ready;
         if (ready) c.ready_topics.insert(t->rec.name);
+        // Last, so that the scope moves instead of being copied.
+        if (!scope.empty()) c.committed_keys.push_back(std::move(scope));
       });
       return {};
     };

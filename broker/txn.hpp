@@ -33,6 +33,12 @@ class txn {
   txn& operator=(const txn&) = delete;
 
   storage::batch& batch() noexcept { return batch_; }
+  // Room for about ops more batch ops and effects more effects (a command
+  // that knows its size: a consume's deliveries, an ack batch's acks).
+  void reserve(std::size_t ops, std::size_t effects) {
+    batch_.reserve(batch_.size() + ops);
+    effects_.reserve(effects_.size() + effects);
+  }
 
   // An in-memory change to make after the batch is written. Changes run in
   // the order they were added; they must not fail or touch the store.

@@ -42,6 +42,9 @@ class batch {
     ops_.push_back(op{kind::del_range, c, std::move(begin), std::move(end)});
   }
 
+  // Room for n ops in all, for a builder that knows about how many it adds.
+  void reserve(std::size_t n) { ops_.reserve(n); }
+
   bool empty() const noexcept { return ops_.empty(); }
   std::size_t size() const noexcept { return ops_.size(); }
   std::size_t bytes() const noexcept { return bytes_; }

@@ -18,6 +18,7 @@
 #include "storage/rocksdb/fault_state.hpp"
 #include "storage/rocksdb/tiered_reader.hpp"
 #include "storage/rocksdb/wal_syncer.hpp"
+#include "storage/rocksdb/write_batch_rep.hpp"
 
 // The store puts its parts together: the database and what its opens share
 // (db_open.hpp), the fault state (fault_state.hpp), the group commit
@@ -25,35 +26,6 @@
 // resuming after a fault, which use all of them, are here.
 
 namespace onceq::storage {
-namespace {
-
-// The order in which b's ops go into the WriteBatch. A batch is applied
-// atomically and only the last op on a key counts, so ops may be reordered
-// as long as ops on the same key keep their order: sorted by (family, key),
-// stably, each memtable's inserts come in key order, and RocksDB's skiplist
-// then inserts next to the previous key (its cached splice) instead of
-// searching from the top. A produce of 100 messages over 4 partitions
-// otherwise jumps between 4 regions of the messages family at every insert.
-// A range delete overlaps keys it does not name: batches with one keep their
-// order.
-std::vector<const batch::op*> apply_order(const batch& b) {
-  std::vector<const batch::op*> order;
-  order.reserve(b.size());
-  bool sortable = true;
-  for (const auto& op : b.ops()) {
-    order.push_back(&op);
-    sortable = sortable && op.k != batch::kind::del_range;
-  }
-  if (sortable && order.size() > 2) {
-    std::stable_sort(order.begin(), order.end(), [](const batch::op* x, const batch::op* y) {
-      if (x->col != y->col) return x->col < y->col;
-      return x->key < y->key;
-    });
-  }
-  return order;
-}
-
-}  // namespace
 
 struct rocksdb_store::impl {
   explicit impl(const storage_options& opts)
@@ -161,27 +133,14 @@ result<void> rocksdb_store::write(const batch& b) {
   if (!p_->faults_.writable()) return p_->faults_.error_now();
   if (b.empty()) return {};
   try {
-    rocksdb::WriteBatch wb(b.bytes() + b.size() * 16);
-    for (const batch::op* opp : apply_order(b)) {
-      const auto& op = *opp;
-      rocksdb::Status s;
-      auto* h = p_->db_.cf(op.col);
-      switch (op.k) {
-        case batch::kind::put:
-          s = wb.Put(h, op.key, op.value);
-          break;
-        case batch::kind::del:
-          s = wb.Delete(h, op.key);
-          break;
-        case batch::kind::del_range:
-          // An empty range deletes nothing (as in memory_store); RocksDB
-          // would reject it and fail the whole batch.
-          if (op.key < op.value) s = wb.DeleteRange(h, op.key, op.value);
-          break;
-      }
-      // Nothing was applied yet: a bad op does not poison the store.
-      if (!s.ok()) return make_error(errc::internal, "building write batch: " + s.ToString());
-    }
+    // The batch's bytes made in one pass (write_batch_rep.hpp); nothing was
+    // applied yet if that fails: a bad op does not poison the store.
+    column_family_ids ids{};
+    for (int c = 0; c < k_column_count; ++c)
+      ids[static_cast<std::size_t>(c)] = p_->db_.cf(static_cast<column>(c))->GetID();
+    auto rep = write_batch_rep(b, ids);
+    if (!rep.ok()) return std::move(rep).err();
+    rocksdb::WriteBatch wb(std::move(*rep));
     rocksdb::WriteOptions wo;
     wo.sync = false;  // durability comes from the syncer's SyncWAL (group commit)
     wo.disableWAL = false;

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rocksdb/comparator.h>
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +27,7 @@
 
 #include "storage/memory_store.hpp"
 #include "storage/rocksdb/wal_prezero.hpp"
+#include "storage/rocksdb/write_batch_rep.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::storage {
@@ -219,6 +223,83 @@ TEST_F(rocksdb_store_test, a_put_after_a_range_delete_in_one_batch_survives) {
   b.put(column::messages, "b", "after");
   ASSERT_TRUE(store_->write(b).ok());
   EXPECT_EQ(scan_all(*store_, column::messages), (pairs{{"b", "after"}, {"c", "v"}}));
+}
+
+// write_batch_rep makes, in one pass, the bytes that WriteBatch's own Put,
+// Delete and DeleteRange make one op at a time, in apply_order: families
+// with id 0 (tags without a family) and others (one-byte and two-byte
+// varint ids), keys and values of 0, 127, 128 and 300 bytes, empty ranges
+// left out.
+class fake_family : public rocksdb::ColumnFamilyHandle {
+ public:
+  explicit fake_family(std::uint32_t id) : id_(id) {}
+  const std::string& GetName() const override { return name_; }
+  std::uint32_t GetID() const override { return id_; }
+  rocksdb::Status GetDescriptor(rocksdb::ColumnFamilyDescriptor*) override {
+    return rocksdb::Status::NotSupported();
+  }
+  const rocksdb::Comparator* GetComparator() const override {
+    return rocksdb::BytewiseComparator();
+  }
+
+ private:
+  std::uint32_t id_;
+  std::string name_ = "fake";
+};
+
+std::string reference_rep(const batch& b, const column_family_ids& ids) {
+  std::vector<std::unique_ptr<fake_family>> fams;
+  for (auto id : ids) fams.push_back(std::make_unique<fake_family>(id));
+  rocksdb::WriteBatch wb;
+  for (const batch::op* op : apply_order(b)) {
+    auto* h = fams[static_cast<std::size_t>(op->col)].get();
+    rocksdb::Status s;
+    switch (op->k) {
+      case batch::kind::put:
+        s = wb.Put(h, op->key, op->value);
+        break;
+      case batch::kind::del:
+        s = wb.Delete(h, op->key);
+        break;
+      case batch::kind::del_range:
+        if (op->key < op->value) s = wb.DeleteRange(h, op->key, op->value);
+        break;
+    }
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  return wb.Data();
+}
+
+TEST(write_batch_rep, the_same_bytes_as_write_batch_makes) {
+  const std::string k127(127, 'k'), k128(128, 'l'), v300(300, 'v');
+  for (const column_family_ids ids :
+       {column_family_ids{0, 1, 2, 3, 4}, column_family_ids{4, 3, 0, 2, 1},
+        column_family_ids{200, 127, 128, 300, 0}}) {
+    batch sorted;  // no range delete: sorted by (family, key), stably
+    sorted.put(column::messages, "m", "1");
+    sorted.put(column::meta, k128, v300);
+    sorted.del(column::messages, "m");
+    sorted.put(column::keys, "", "");
+    sorted.put(column::dedup, k127, k128);
+    sorted.del(column::meta, "a");
+    sorted.put(column::messages, "m", "2");
+    sorted.put(column::deliveries, "d", k127);
+    sorted.put(column::messages, "a", v300);
+    ASSERT_EQ(*write_batch_rep(sorted, ids), reference_rep(sorted, ids));
+    batch ranged = sorted;  // a range delete: in the order given
+    ranged.del_range(column::messages, "a", "n");
+    ranged.del_range(column::deliveries, "z", "a");  // empty: left out
+    ranged.del_range(column::meta, "x", "x");        // empty: left out
+    ranged.put(column::meta, "b", "after");
+    ASSERT_EQ(*write_batch_rep(ranged, ids), reference_rep(ranged, ids));
+    batch two;  // one or two ops: in the order given
+    two.put(column::messages, "z", "1");
+    two.put(column::messages, "a", "2");
+    ASSERT_EQ(*write_batch_rep(two, ids), reference_rep(two, ids));
+    batch none;  // only empty ranges: a batch of no records
+    none.del_range(column::messages, "b", "a");
+    ASSERT_EQ(*write_batch_rep(none, ids), reference_rep(none, ids));
+  }
 }
 
 TEST_F(rocksdb_store_test, multi_get_answers_each_key_in_order) {
