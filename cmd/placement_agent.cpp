@@ -193,28 +193,24 @@ void placement_agent::wipe_if_left(unsigned g, std::uint64_t now) {
   }
   const cluster::meta_state s = meta_.state();
   const cluster::shard_entry& e = s.shards[g];
-  {
-    std::lock_guard lock(work_mu_);
-    work_[g].wipe_pending = false;
-  }
+  set_wipe_pending(g, false);
   // Placed here again meanwhile: the next tick opens the group on the
   // directory it kept.
   if (holds(e.replicas, self_) || (e.moving && e.moving->to == self_)) return;
   begin(g, now);
   auto done = [this, g](cluster::op_result r) {
-    if (!r.ok()) {
-      std::lock_guard lock(work_mu_);
-      work_[g].wipe_pending = true;  // tried again
-    }
+    if (!r.ok()) set_wipe_pending(g, true);  // tried again
     end(g, r, "wipe the raft directory of a group this node left");
   };
   if (auto r = raft_.close_group(g, true, std::move(done)); !r.ok()) {
-    {
-      std::lock_guard lock(work_mu_);
-      work_[g].wipe_pending = true;
-    }
+    set_wipe_pending(g, true);
     end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "wipe");
   }
+}
+
+void placement_agent::set_wipe_pending(unsigned g, bool pending) {
+  std::lock_guard lock(work_mu_);
+  work_[g].wipe_pending = pending;
 }
 
 void placement_agent::control(const cluster::meta_state& s, const cluster::group_status& ms,
@@ -344,10 +340,7 @@ void placement_agent::reconcile(unsigned g, const cluster::meta_state& s, std::u
       for (raft_id r : e.replicas) boot.push_back(member{r, member_role::voter});
     }
     begin(g, now);
-    {
-      std::lock_guard lock(work_mu_);
-      work_[g].wipe_pending = false;  // placed here again before it was wiped
-    }
+    set_wipe_pending(g, false);  // placed here again before it was wiped
     if (auto r = raft_.open_group(g, std::move(boot), done_cb(g, "open")); !r.ok()) {
       end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "open");
     }
@@ -362,10 +355,7 @@ void placement_agent::reconcile(unsigned g, const cluster::meta_state& s, std::u
     // back here already committed) cannot wipe a voter's log.
     if (st.open) {
       begin(g, now);
-      {
-        std::lock_guard lock(work_mu_);
-        work_[g].wipe_pending = true;
-      }
+      set_wipe_pending(g, true);
       if (auto r = raft_.close_group(g, false, done_cb(g, "close a group this node left"));
           !r.ok()) {
         end(g, cluster::op_result{cluster::raft_errc::failed, {}, {}, r.err().message}, "close");

@@ -94,6 +94,7 @@ class placement_agent {
   // directory if a barrier confirms that the placement neither lists this
   // node nor moves the shard to it.
   void wipe_if_left(unsigned g, std::uint64_t now);
+  void set_wipe_pending(unsigned g, bool pending);
   // As the meta leader: a node of the file the meta group lacks is added
   // (raft_add, then raft_assign standby), one change at a time.
   void grow_meta_group(const cluster::group_status& ms, std::uint64_t now);
