@@ -178,9 +178,11 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   }
   std::vector<shard*> shard_ptrs;
   std::vector<asio::io_context*> loops;
+  std::vector<const loop_load*> loads;
   for (auto& s : shards) {
     shard_ptrs.push_back(s.get());
     loops.push_back(&s->context());
+    loads.push_back(&s->load());
   }
   shard_set placement(shard_ptrs,
                       node != nullptr ? placement_rule::hashed : placement_rule::balanced);
@@ -206,7 +208,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   asio::io_context& ioc = *loops.front();
   http::router routes(placement, clock, cfg.http, auth.get(), node.get());
   {
-    http::server srv(loops, routes, cfg.http, tls);
+    http::server srv(loops, routes, cfg.http, tls, std::move(loads));
     auto bound = srv.listen();
     if (!bound.ok()) {
       log(log_level::error, "onceqd", bound.err().message);

@@ -245,6 +245,14 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
   family("onceq_shard_outbox_age_seconds", "gauge",
          "How long the oldest message in the shard's outbox has waited; 0 when it is empty.",
          [](g s) { return s.outbox_age_seconds; });
+  family("onceq_shard_loop_busy_ratio", "gauge",
+         "Fraction of the last 50 ms window the shard's loop thread ran on a core (0 when "
+         "it slept through it).",
+         [](g s) { return s.loop_busy; });
+  family("onceq_shard_loop_cpu_wait_ratio", "gauge",
+         "Fraction of the last 50 ms window the shard's loop thread was ready to run but "
+         "waited for a core (cores scarce).",
+         [](g s) { return s.loop_waiting; });
 }
 
 void render_connection_metrics(std::string& out, const connection_stats& s) {
@@ -270,6 +278,10 @@ void render_connection_metrics(std::string& out, const connection_stats& s) {
   append_family(out, "onceq_connections_migrated_total", "counter",
                 "Connections moved to the loop of the shard their requests kept going to.");
   fmt::format_to(it, "onceq_connections_migrated_total {}\n", s.migrations.load(relaxed));
+  append_family(out, "onceq_connections_spread_total", "counter",
+                "Connections moved off a saturated loop to a loop with room (their commands "
+                "then cross to the topic's loop).");
+  fmt::format_to(it, "onceq_connections_spread_total {}\n", s.spreads.load(relaxed));
 }
 
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {

@@ -29,6 +29,7 @@ struct connection_stats {
   std::atomic<std::uint64_t> header_timeouts{0};         // cut: header block not complete in time
   std::atomic<std::uint64_t> tls_handshake_failures{0};  // incl. plain HTTP on the TLS port
   std::atomic<std::uint64_t> migrations{0};  // connections moved to their topics' shard's loop
+  std::atomic<std::uint64_t> spreads{0};     // connections moved off a saturated loop
 };
 
 // Appends onceq_connections_* and onceq_http_header_timeouts_total.
@@ -86,12 +87,15 @@ struct shard_gauges {
   std::uint64_t loop_disk_reads = 0;  // of those, run again reading from the disk on the loop
   std::uint64_t outbox_depth = 0;     // messages acks produced for other shards, not taken yet
   double outbox_age_seconds = 0;      // how long the oldest of them has waited (0: none)
+  double loop_busy = 0;               // fraction of the last window the loop ran on a core
+  double loop_waiting = 0;            // fraction of it the loop waited for a core
 };
 // onceq_shard_writable, onceq_shard_queue_depth, onceq_shard_topics,
 // onceq_shard_write_stalls_total, onceq_shard_disk_reads_total,
 // onceq_shard_loop_disk_reads_total, onceq_shard_loop_iterations_total,
-// onceq_shard_outbox_depth and onceq_shard_outbox_age_seconds, one series
-// per shard.
+// onceq_shard_outbox_depth, onceq_shard_outbox_age_seconds,
+// onceq_shard_loop_busy_ratio and onceq_shard_loop_cpu_wait_ratio, one
+// series per shard.
 void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& shards);
 
 // Escapes a Prometheus label value (\\, \" and \n).

@@ -4,6 +4,7 @@
 // router_messages.cpp.
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
 #include "http/shard_ops.hpp"
+#include "http/spread.hpp"
 
 namespace onceq::http {
 
@@ -200,11 +202,13 @@ asio::awaitable<reply> router::prometheus(call& c) {
     const shard& s = shards_.at(i);
     const auto ob = i < outboxes->size() ? (*outboxes)[i] : outbox_stats{};
     const auto now = clock_.now_ms();
+    const loop_reading load = s.load().read(std::chrono::steady_clock::now());
     gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(),
                       s.write_stalls(), s.disk_reads(), s.loop_disk_reads(), ob.depth,
                       ob.oldest_created_at_ms == 0 || ob.oldest_created_at_ms > now
                           ? 0.0
-                          : static_cast<double>(now - ob.oldest_created_at_ms) / 1000.0});
+                          : static_cast<double>(now - ob.oldest_created_at_ms) / 1000.0,
+                      load.busy, load.waiting});
     if (!gauges.back().health.writable) all = gauges.back().health;
     // Omitted for a store without a WAL (the in-memory store of the tests).
     if (auto w = s.wal_sync_stats()) {

@@ -16,7 +16,9 @@
 //   robin and need no strand. A plain-HTTP session whose requests keep
 //   going to another shard moves to that shard's loop between requests
 //   (onceq_connections_migrated_total), so a steady client pays no
-//   crossing.
+//   crossing; and a session on a saturated loop moves to a loop with room
+//   (onceq_connections_spread_total), so that one hot topic's HTTP work
+//   uses more than one core (http/spread.hpp).
 //   Threads then never contend for one scheduler's lock: with two threads
 //   sharing one io_context, its mutex was the source of most of onceqd's
 //   futex calls (perf, W2).
@@ -39,6 +41,7 @@
 #include "base/result.hpp"
 #include "http/options.hpp"
 #include "http/router.hpp"
+#include "shard/loop_load.hpp"
 
 namespace onceq::http {
 
@@ -51,8 +54,12 @@ class server {
   server(asio::io_context& ioc, router& r, http_options opts,
          std::shared_ptr<asio::ssl::context> tls = nullptr);
   // The pool layout: pool is not empty; pool[0] also runs the acceptor.
+  // loads: how busy each loop is (loads[i]: pool[i]'s, outliving the
+  // sessions), so that sessions of a hot topic spread over loops with room
+  // (http/spread.hpp); empty: sessions only migrate.
   server(std::vector<asio::io_context*> pool, router& r, http_options opts,
-         std::shared_ptr<asio::ssl::context> tls = nullptr);
+         std::shared_ptr<asio::ssl::context> tls = nullptr,
+         std::vector<const loop_load*> loads = {});
   ~server();
   server(const server&) = delete;
   server& operator=(const server&) = delete;

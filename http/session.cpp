@@ -32,6 +32,7 @@
 #include "http/params.hpp"  // k_json_padding
 #include "http/request_id.hpp"
 #include "http/session_rules.hpp"
+#include "http/spread.hpp"
 #include "http/stream_pump.hpp"
 #include "http/wire.hpp"
 
@@ -362,6 +363,10 @@ class basic_session final : public session,
       if (!ok || !keep) return s.finish(false);
       if constexpr (!k_tls) {
         if (s.note_shard(shard) && s.migrate(s.foreign_)) return;
+        if (auto to = s.spread_target(shard); to && s.migrate(*to)) {
+          s.registry_->stats().spreads.fetch_add(1, k_relaxed);
+          return;
+        }
       } else {
         (void)shard;  // a TLS session stays on its loop
       }
@@ -406,7 +411,36 @@ class basic_session final : public session,
       foreign_ = *shard;
       foreign_streak_ = 1;
     }
-    return foreign_streak_ >= k_migrate_after;
+    if (foreign_streak_ < k_migrate_after) return false;
+    if (registry_->has_loads()) {
+      // That loop is busy and this one has room: stay, and let the
+      // commands cross (http/spread.hpp).
+      const auto now = steady::now();
+      if (stays_off(registry_->reading(*shard, now), registry_->reading(*home_, now))) {
+        foreign_streak_ = 0;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // After an answer its own loop served: the loop to spread to when this
+  // one is saturated and another has room (http/spread.hpp), one session
+  // per loop_load::k_window.
+  std::optional<std::uint32_t> spread_target(std::optional<std::uint32_t> shard) {
+    if (!opts_.migrate_connections || !home_ || !shard || *shard != *home_ ||
+        !registry_->has_loads()) {
+      return std::nullopt;
+    }
+    const auto now = steady::now();
+    if (registry_->reading(*home_, now).busy < k_saturated) return std::nullopt;
+    static thread_local std::vector<loop_reading> loops;
+    registry_->readings(now, loops);
+    auto to = spread_to(*home_, loops);
+    if (!to || registry_->loop(*to) == nullptr || !registry_->take_spread_turn(*home_, now)) {
+      return std::nullopt;
+    }
+    return to;
   }
 
   // Hands the socket and the bytes read so far to the loop of shard

@@ -1,10 +1,41 @@
 #include "http/session_registry.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "http/session.hpp"
 
 namespace onceq::http {
+
+void session_registry::set_loads(std::vector<const loop_load*> loads) {
+  loads_ = std::move(loads);
+  spread_turns_ = std::make_unique<std::atomic<std::int64_t>[]>(loads_.size());
+  for (std::size_t i = 0; i < loads_.size(); ++i) {
+    spread_turns_[i].store(std::numeric_limits<std::int64_t>::min(), std::memory_order_relaxed);
+  }
+}
+
+loop_reading session_registry::reading(std::uint32_t loop,
+                                       std::chrono::steady_clock::time_point now) const {
+  return loop < loads_.size() ? loads_[loop]->read(now) : loop_reading{};
+}
+
+void session_registry::readings(std::chrono::steady_clock::time_point now,
+                                std::vector<loop_reading>& out) const {
+  out.resize(loads_.size());
+  for (std::size_t i = 0; i < loads_.size(); ++i) out[i] = loads_[i]->read(now);
+}
+
+bool session_registry::take_spread_turn(std::uint32_t loop,
+                                        std::chrono::steady_clock::time_point now) {
+  if (loop >= loads_.size()) return false;
+  const std::int64_t t = now.time_since_epoch().count();
+  const std::int64_t gap =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(loop_load::k_window).count();
+  std::int64_t last = spread_turns_[loop].load(std::memory_order_relaxed);
+  if (last != std::numeric_limits<std::int64_t>::min() && t - last < gap) return false;
+  return spread_turns_[loop].compare_exchange_strong(last, t, std::memory_order_relaxed);
+}
 
 std::uint64_t session_registry::add(std::weak_ptr<session> s) {
   std::lock_guard lock(mu_);

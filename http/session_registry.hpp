@@ -8,6 +8,7 @@
 // Thread safety: every member may be called from any thread.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 
 #include "http/metrics.hpp"
 #include "http/options.hpp"
+#include "http/spread.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -47,6 +49,19 @@ class session_registry {
     return shard < loops_.size() ? loops_[shard] : nullptr;
   }
 
+  // How busy each loop is (loads[i]: loop i's; they outlive the sessions):
+  // what spreading decides on (http/spread.hpp). Without them sessions
+  // only migrate. Set before start.
+  void set_loads(std::vector<const loop_load*> loads);
+  bool has_loads() const noexcept { return !loads_.empty(); }
+  loop_reading reading(std::uint32_t loop, std::chrono::steady_clock::time_point now) const;
+  // Every loop's reading, in out (resized).
+  void readings(std::chrono::steady_clock::time_point now, std::vector<loop_reading>& out) const;
+  // Whether a session may spread out of loop now: one per
+  // loop_load::k_window, so that the loop's next reading shows the effect
+  // of one move before the next.
+  bool take_spread_turn(std::uint32_t loop, std::chrono::steady_clock::time_point now);
+
   // add() and remove() also keep stats().open.
   std::uint64_t add(std::weak_ptr<session> s);
   void remove(std::uint64_t id);
@@ -61,6 +76,8 @@ class session_registry {
   connection_stats& stats_;
   const std::shared_ptr<boost::asio::ssl::context> tls_;
   std::vector<boost::asio::io_context*> loops_;
+  std::vector<const loop_load*> loads_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> spread_turns_;  // per loop: ns of the last spread
   mutable std::mutex mu_;
   std::uint64_t next_id_ = 0;
   std::vector<std::pair<std::uint64_t, std::weak_ptr<session>>> sessions_;

@@ -220,6 +220,7 @@ void shard::run_loop() {
     io_.run_one_for(sleep_budget());
     io_.poll();
     end_iteration();
+    load_.sample(steady::now());
   }
   // Stopping: run what is queued (its answers are still owed), then
   // release parked waiters with what they have.

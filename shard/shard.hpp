@@ -50,6 +50,7 @@
 
 #include "broker/dispatch.hpp"
 #include "shard/apply_path.hpp"
+#include "shard/loop_load.hpp"
 #include "shard/mailbox.hpp"
 #include "shard/shard_log.hpp"
 #include "shard/waiters.hpp"
@@ -180,6 +181,9 @@ class shard {
   // Writes the loop waited for in a storage write stall (store::watch_write_stalls).
   std::uint64_t write_stalls() const { return store_.write_stalls(); }
 
+  // How busy the loop thread is (shard/loop_load.hpp). Any thread.
+  const loop_load& load() const noexcept { return load_; }
+
   // Loop iterations so far (metrics).
   std::uint64_t iterations() const noexcept { return iterations_.load(std::memory_order_relaxed); }
 
@@ -277,6 +281,7 @@ class shard {
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::uint64_t> iterations_{0};
   std::atomic<std::size_t> open_waits_{0};
+  loop_load load_;  // sampled by the loop, read by anyone
 
   // Loop only.
   std::vector<std::shared_ptr<consume_waiter>> waiters_;

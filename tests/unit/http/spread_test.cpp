@@ -1,0 +1,261 @@
+// How busy a loop is (shard/loop_load.hpp), the rules that spread a hot
+// topic's sessions over loops with room (http/spread.hpp), and a real
+// server over two shard loops whose loads the test sets: a session on a
+// saturated loop moves to the idle one and stays there while its topic's
+// loop is busy, comes back once it is not, and nothing moves while cores
+// are scarce.
+
+#include "http/spread.hpp"
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "http/server.hpp"
+#include "http/session.hpp"
+#include "router_test_support.hpp"
+
+namespace onceq::http {
+namespace {
+
+using namespace test;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using tcp = asio::ip::tcp;
+namespace beast = boost::beast;
+
+constexpr std::uint64_t ns(std::chrono::nanoseconds d) {
+  return static_cast<std::uint64_t>(d.count());
+}
+
+// --- the meter ---------------------------------------------------------
+
+TEST(loop_load, nothing_is_published_before_a_whole_window) {
+  loop_load l;
+  const auto t0 = steady::now();
+  l.sample(t0, 0, 0);
+  EXPECT_EQ(l.read(t0), loop_reading{});
+  l.sample(t0 + 30ms, ns(30ms), 0);  // within the window: ignored
+  EXPECT_EQ(l.read(t0 + 30ms), loop_reading{});
+}
+
+TEST(loop_load, a_window_publishes_cpu_and_run_delay_as_fractions_of_wall_time) {
+  loop_load l;
+  const auto t0 = steady::now();
+  l.sample(t0, 1'000'000, 500);
+  l.sample(t0 + 100ms, 1'000'000 + ns(75ms), 500 + ns(10ms));
+  const auto r = l.read(t0 + 100ms);
+  EXPECT_DOUBLE_EQ(r.busy, 0.75);
+  EXPECT_DOUBLE_EQ(r.waiting, 0.10);
+  // The next window counts from this one's end.
+  l.sample(t0 + 200ms, 1'000'000 + ns(80ms), 500 + ns(10ms));
+  EXPECT_DOUBLE_EQ(l.read(t0 + 200ms).busy, 0.05);
+  EXPECT_DOUBLE_EQ(l.read(t0 + 200ms).waiting, 0.0);
+}
+
+TEST(loop_load, fractions_are_capped_and_counters_that_go_back_count_zero) {
+  loop_load l;
+  const auto t0 = steady::now();
+  l.sample(t0, ns(10ms), ns(10ms));
+  l.sample(t0 + 50ms, ns(500ms), ns(1ms));  // more CPU than wall; delay went back
+  EXPECT_DOUBLE_EQ(l.read(t0 + 50ms).busy, 1.0);
+  EXPECT_DOUBLE_EQ(l.read(t0 + 50ms).waiting, 0.0);
+}
+
+TEST(loop_load, a_loop_that_stopped_publishing_reads_idle) {
+  loop_load l;
+  const auto t0 = steady::now();
+  l.sample(t0, 0, 0);
+  l.sample(t0 + 50ms, ns(50ms), 0);
+  // (The stamp is in whole milliseconds: a margin of one each way.)
+  EXPECT_DOUBLE_EQ(l.read(t0 + 49ms + loop_load::k_stale_after).busy, 1.0);
+  EXPECT_EQ(l.read(t0 + 52ms + loop_load::k_stale_after), loop_reading{});
+  // A reader whose clock is a little behind the loop's still sees it.
+  EXPECT_DOUBLE_EQ(l.read(t0 + 40ms).busy, 1.0);
+}
+
+TEST(loop_load, the_loop_thread_measures_itself) {
+  loop_load l;
+  auto t = steady::now();
+  l.sample(t);
+  // Spin for a window: the thread's own CPU time moves with the wall.
+  while (steady::now() - t < 60ms) {
+  }
+  l.sample(steady::now());
+  EXPECT_GT(l.read(steady::now()).busy, 0.3);
+}
+
+// --- the rules ---------------------------------------------------------
+
+TEST(spread_rules, a_session_stays_off_a_busy_loop_only_while_its_own_has_room) {
+  EXPECT_TRUE(stays_off({0.95, 0}, {0.1, 0}));
+  EXPECT_TRUE(stays_off({k_stay_away, 0}, {k_room, 0}));
+  EXPECT_FALSE(stays_off({k_stay_away - 0.01, 0}, {0.1, 0}));  // room there: migrate
+  EXPECT_FALSE(stays_off({0.95, 0}, {k_room + 0.01, 0}));      // no room here
+  EXPECT_FALSE(stays_off({0.95, k_scarce}, {0.1, 0}));         // cores scarce
+  EXPECT_FALSE(stays_off({0.95, 0}, {0.1, k_scarce}));
+  EXPECT_FALSE(stays_off({}, {}));  // both idle (or never measured)
+}
+
+TEST(spread_rules, a_saturated_loop_spreads_to_the_least_busy_loop_with_room) {
+  const std::vector<loop_reading> loops{{0.95, 0}, {0.40, 0}, {0.20, 0}, {0.90, 0}};
+  EXPECT_EQ(spread_to(0, loops), 2u);
+  EXPECT_EQ(spread_to(3, loops), 2u);
+  EXPECT_EQ(spread_to(1, loops), std::nullopt);  // not saturated
+  EXPECT_EQ(spread_to(9, loops), std::nullopt);  // no such loop
+}
+
+TEST(spread_rules, nothing_spreads_without_room_or_while_cores_are_scarce) {
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {0.6, 0}}), std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0.2}, {0.0, 0}}), std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {0.0, 0.2}}), std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}}), std::nullopt);
+}
+
+// --- a server over two shard loops --------------------------------------
+
+// A loop whose readings the test sets: each set() publishes a fresh window.
+struct fake_loop {
+  loop_load load;
+  steady::time_point t = steady::now() - 1s;
+  std::uint64_t cpu = 0;
+  std::uint64_t delay = 0;
+  bool started = false;
+
+  void set(double busy, double waiting) {
+    if (!started) {
+      load.sample(t, cpu, delay);
+      started = true;
+    }
+    const auto next = std::max(steady::now(), t + loop_load::k_window);
+    const auto wall = static_cast<double>(ns(next - t));
+    cpu += static_cast<std::uint64_t>(busy * wall);
+    delay += static_cast<std::uint64_t>(waiting * wall);
+    load.sample(next, cpu, delay);
+    t = next;
+  }
+};
+
+class spread_server : public ::testing::Test {
+ protected:
+  static http_options options() {
+    http_options o = test_options();
+    o.port = 0;
+    return o;
+  }
+
+  spread_server()
+      : h_(options(), nullptr, 2),
+        srv_({&h_.core(0).context(), &h_.core(1).context()}, h_.routes(), options(), nullptr,
+             {&loops_[0].load, &loops_[1].load}) {
+    auto ep = srv_.listen();
+    EXPECT_TRUE(ep.ok());
+    port_ = ep->port();
+    srv_.start();
+  }
+
+  ~spread_server() override {
+    srv_.stop();
+    for (int i = 0; i < 500 && srv_.session_count() > 0; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  connection_stats& stats() { return h_.routes().metrics().connections(); }
+  std::uint64_t spreads() { return stats().spreads.load(); }
+  std::uint64_t migrations() { return stats().migrations.load(); }
+  // A session moves after its answer is written, so the client may read
+  // the answer before the count changes: waits up to 5 s for it.
+  static std::uint64_t settled(const std::function<std::uint64_t()>& count, std::uint64_t want) {
+    for (int i = 0; i < 500 && count() != want; ++i) std::this_thread::sleep_for(10ms);
+    return count();
+  }
+  std::uint64_t spreads_now(std::uint64_t want) {
+    return settled([this] { return spreads(); }, want);
+  }
+  std::uint64_t migrations_now(std::uint64_t want) {
+    return settled([this] { return migrations(); }, want);
+  }
+
+  // Sets both loops' readings, then produces one message on s.
+  unsigned produce(tcp::socket& s, loop_reading owner, loop_reading other, int i) {
+    loops_[0].set(owner.busy, owner.waiting);
+    loops_[1].set(other.busy, other.waiting);
+    request req{bhttp::verb::post, "/v1/produce", 11};
+    req.set(bhttp::field::host, "127.0.0.1");
+    req.body() = json{{"topic", "hot"}, {"value", "m" + std::to_string(i)}}.dump();
+    req.prepare_payload();
+    bhttp::write(s, req);
+    beast::flat_buffer buf;
+    response res;
+    bhttp::read(s, buf, res);
+    return res.result_int();
+  }
+
+  fake_loop loops_[2];
+  router_harness h_;
+  server srv_;
+  std::uint16_t port_ = 0;
+  asio::io_context client_ioc_;
+};
+
+TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_back) {
+  // The topic lands on shard 0 (the emptier shard; ties go to the first).
+  ASSERT_EQ(h_.post("/v1/topics", json{{"name", "hot"}, {"partitions", 1}}).result_int(), 201);
+  ASSERT_EQ(h_.shards().placed_on("hot"), 0u);
+
+  // The first connection is accepted on loop 0, the topic's loop.
+  tcp::socket s(client_ioc_);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
+  const loop_reading saturated{0.95, 0}, idle{0, 0}, calm{0.2, 0};
+  int n = 0;
+
+  // Loop 0 saturated, loop 1 idle: after its first answer the session
+  // moves to loop 1, and its commands cross back to shard 0.
+  ASSERT_EQ(produce(s, saturated, idle, n++), 200);
+  EXPECT_EQ(spreads_now(1), 1u);
+  EXPECT_EQ(migrations_now(1), 1u);
+  // While loop 0 stays busy it does not migrate back.
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(produce(s, saturated, idle, n++), 200);
+  EXPECT_EQ(spreads(), 1u);
+  EXPECT_EQ(migrations(), 1u);
+
+  // Loop 0 calm again: after k_migrate_after answers from shard 0 the
+  // session follows its topic, as it always did.
+  for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+  EXPECT_EQ(migrations_now(2), 2u);
+  EXPECT_EQ(spreads(), 1u);
+
+  // Saturated while cores are scarce: it stays with its topic.
+  const loop_reading starved{0.95, 0.3};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(produce(s, starved, idle, n++), 200);
+  EXPECT_EQ(spreads(), 1u);
+  EXPECT_EQ(migrations(), 2u);
+
+  // Every message was stored once, in order.
+  auto got = h_.post("/v1/consume",
+                     json{{"topic", "hot"}, {"group", "g"}, {"owner", "o"}, {"max_messages", 100}});
+  ASSERT_EQ(got.result_int(), 200);
+  std::vector<json> lines;
+  std::string_view rest = got.body();
+  while (!rest.empty()) {
+    const auto end = rest.find('\n');
+    if (end != 0) lines.push_back(json::parse(rest.substr(0, end)));
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(lines[static_cast<std::size_t>(i)].at("value"), "m" + std::to_string(i));
+  }
+}
+
+}  // namespace
+}  // namespace onceq::http
