@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "base/hash.hpp"
 #include "broker/errors.hpp"
 #include "broker/records.hpp"
 #include "broker/validation.hpp"
@@ -306,7 +307,8 @@ class consume_planner {
   std::uint64_t fence_ = 0;  // the last token this consume handed out
   std::vector<std::uint64_t> cursor_;
   std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
-  std::unordered_map<std::string, position> leased_;      // keys leased by this consume
+  std::unordered_map<std::string, position, string_hash, std::equal_to<>>
+      leased_;  // keys leased by this consume
   std::map<std::string, order_table::entry> order_view_;  // ordering keys it touched
   std::vector<delivery> out_;
 };

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/hash.hpp"
 #include "base/result.hpp"
 #include "broker/timers.hpp"
 #include "storage/schema.hpp"
@@ -44,12 +45,6 @@ class key_table {
                                           millis now);
 
  private:
-  struct string_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
   std::unordered_map<std::string, position, string_hash, std::equal_to<>> leased_;
   std::unordered_map<std::string, std::vector<position>, string_hash, std::equal_to<>> parked_;
 };
