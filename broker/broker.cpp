@@ -36,20 +36,31 @@ void fire_timers(core& c, millis now) {
     if (t == nullptr) continue;
     auto* g = t->find_group(tm.group);
     if (g == nullptr) continue;
-    auto* d = g->find(tm.pos);
-    if (d == nullptr) continue;
     if (tm.kind == timer_kind::lease) {
-      if (d->state != st::delivery_state::leased || d->lease_deadline_ms != tm.at) continue;
-      if (!touched.emplace(tm.topic, tm.group, tm.pos).second) continue;
-      open_delivery next = *d;
-      next.last_error = "lease_expired";
-      auto r = fail_attempt(c, *t, *g, tm.pos, std::move(next), std::nullopt, false, now, tx);
-      if (!r.ok()) {
-        ok = false;
-        break;
+      // Every open delivery of the timer's range still leased until
+      // exactly tm.at (timers.hpp). The txn changes the group only when it
+      // commits, so the range is walked as it is.
+      if (tm.pos.partition >= g->parts.size()) continue;
+      auto& open = g->parts[tm.pos.partition].open;
+      const auto end = open.upper_bound(tm.last_offset());
+      for (auto it = open.lower_bound(tm.pos.offset); ok && it != end; ++it) {
+        const open_delivery& d = it->second;
+        if (d.state != st::delivery_state::leased || d.lease_deadline_ms != tm.at) continue;
+        const position pos{tm.pos.partition, it->first};
+        if (!touched.emplace(tm.topic, tm.group, pos).second) continue;
+        open_delivery next = d;
+        next.last_error = "lease_expired";
+        auto r = fail_attempt(c, *t, *g, pos, std::move(next), std::nullopt, false, now, tx);
+        if (!r.ok()) {
+          ok = false;
+          break;
+        }
+        tx.then([g] { ++g->stats.lease_expired; });
       }
-      tx.then([g] { ++g->stats.lease_expired; });
+      if (!ok) break;
     } else {
+      auto* d = g->find(tm.pos);
+      if (d == nullptr) continue;
       if (d->state != st::delivery_state::pending || d->parked || d->not_before_ms > now) continue;
       tx.then([&c, t, g, pos = tm.pos] {
         g->parts[pos.partition].ready.insert(pos.offset);

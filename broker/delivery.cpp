@@ -39,6 +39,7 @@ class consume_planner {
       ready_at_[p] = g.parts[p].ready.begin();
     }
     fence_ = g.fence;
+    leased_at_.resize(n);
     const auto max = static_cast<std::uint64_t>(cmd.max_messages);
     want_ = max;
     // The consumer's own deadline: nothing is delivered at or after it.
@@ -84,6 +85,7 @@ class consume_planner {
       put_cursor(tx_, t_, g_, p, cursor_[p]);
       tx_.then([g, p, c = cursor_[p]] { g->parts[p].cursor = c; });
     }
+    push_lease_timers();
     if (fence_ != g_.fence) {
       // In the batch of the deliveries that use them: a token is never
       // handed out twice, whatever crashes or expiries come after.
@@ -233,6 +235,7 @@ class consume_planner {
     d.not_before_ms = 0;
     d.fencing_token = ++fence_;
     put_delivery(tx_, t_, g_, pos, d);
+    note_leased(pos);
     if (!d.scope.empty())
       note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
                    delivery_event(st::history_kind::leased, now_, pos, d));
@@ -255,7 +258,6 @@ class consume_planner {
       auto& slot = g->parts[pos.partition].open[pos.offset];
       slot = std::move(d);
       if (!slot.scope.empty()) g->keys.lease(slot.scope, pos);
-      c.timers.push(timer{slot.lease_deadline_ms, timer_kind::lease, t->rec.id, g->id, pos});
       ++g->stats.inflight;
       ++g->stats.delivered;
       if (slot.attempts > 1) ++g->stats.redelivered;
@@ -296,6 +298,32 @@ class consume_planner {
     return it->second;
   }
 
+  // A lease this consume made (its timer is pushed at the end).
+  void note_leased(position pos) { leased_at_[pos.partition].push_back(pos.offset); }
+
+  // Every lease this consume made ends at now_ + lease_ms_, so one timer
+  // covers a run of them (timers.hpp): one per partition for fresh
+  // messages, whose offsets follow each other. Offsets more than
+  // k_timer_gap apart start a new run, so that a timer never walks far
+  // past what it leased (a redelivery far behind the fresh ones).
+  void push_lease_timers() {
+    static constexpr std::uint64_t k_timer_gap = 16;
+    for (std::uint32_t p = 0; p < leased_at_.size(); ++p) {
+      auto& offs = leased_at_[p];
+      if (offs.empty()) continue;
+      std::sort(offs.begin(), offs.end());
+      std::size_t first = 0;
+      for (std::size_t i = 1; i <= offs.size(); ++i) {
+        if (i < offs.size() && offs[i] - offs[i - 1] <= k_timer_gap) continue;
+        tx_.then([&c = c_, topic = t_.rec.id, group = g_.id, p, lo = offs[first], hi = offs[i - 1],
+                  at = now_ + lease_ms_] {
+          c.timers.push(timer{at, timer_kind::lease, topic, group, {p, lo}, hi});
+        });
+        first = i;
+      }
+    }
+  }
+
   core& c_;
   topic& t_;
   group_state& g_;
@@ -307,8 +335,10 @@ class consume_planner {
   std::uint64_t fence_ = 0;  // the last token this consume handed out
   std::vector<std::uint64_t> cursor_;
   std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
+  // Per partition, the offsets this consume leased.
+  std::vector<std::vector<std::uint64_t>> leased_at_;
   std::unordered_map<std::string, position, string_hash, std::equal_to<>>
-      leased_;  // keys leased by this consume
+      leased_;                                            // keys leased by this consume
   std::map<std::string, order_table::entry> order_view_;  // ordering keys it touched
   std::vector<delivery> out_;
 };

@@ -326,5 +326,97 @@ TEST_F(BrokerTest, ReadAheadOfLargeMessagesStopsAtItsBudgetAndResumes) {
   EXPECT_EQ(got, sent);
 }
 
+// The core's timer count, from describe_state's first line ("... timers=N").
+std::size_t timer_count(const broker& b) {
+  const std::string s = b.describe_state();
+  const auto at = s.find("timers=");
+  return at == std::string::npos ? 0 : std::stoul(s.substr(at + 7));
+}
+
+// A consume leases all its messages until one deadline, so it pushes one
+// lease timer per partition it took from (broker/timers.hpp), not one per
+// message; when it fires, only what is still leased until that deadline
+// expires: not the acked ones, not the extended one, not another
+// consumer's.
+TEST_F(BrokerTest, AConsumesLeasesShareOneTimerPerPartitionThatExpiresOnlyWhatIsStillLeased) {
+  create("t", 4);
+  for (std::int64_t p = 0; p < 4; ++p) {
+    for (int i = 0; i < 10; ++i) {
+      auto m = msg("m" + std::to_string(p) + "-" + std::to_string(i));
+      m.partition_override = p;
+      produce("t", std::move(m));
+    }
+  }
+  const std::size_t before = timer_count(b());
+  auto got = consume("t", "g", "a", 40, 1000);
+  ASSERT_EQ(got.size(), 40u);
+  EXPECT_EQ(timer_count(b()) - before, 4u) << "one per partition, not one per message";
+
+  // Ack the first two of each partition; extend one other.
+  std::size_t acked = 0;
+  const delivery* extended = nullptr;
+  for (const auto& d : got) {
+    if (d.offset < 2) {
+      ASSERT_TRUE(ack(d, "g", "a").ok());
+      ++acked;
+    } else if (extended == nullptr && d.partition == 3 && d.offset == 5) {
+      extended = &d;
+    }
+  }
+  ASSERT_EQ(acked, 8u);
+  ASSERT_NE(extended, nullptr);
+  ASSERT_TRUE(b().extend(extend_cmd{ref(*extended, "g", "a"), 5000}).ok());
+
+  advance(999);
+  EXPECT_EQ(stats("t", "g").lease_expired, 0u);
+  advance(1);
+  EXPECT_EQ(stats("t", "g").lease_expired, 31u);  // 40 - 8 acked - 1 extended
+  auto again = consume("t", "g", "b", 100, 60000);
+  ASSERT_EQ(again.size(), 31u);
+  for (const auto& d : again) {
+    EXPECT_EQ(d.attempts, 2);
+    EXPECT_EQ(d.last_error, "lease_expired");
+    EXPECT_GE(d.offset, 2u);
+    EXPECT_FALSE(d.partition == 3 && d.offset == 5);
+  }
+  // The extended lease ends at its own deadline.
+  advance(3999);
+  EXPECT_EQ(stats("t", "g").lease_expired, 31u);
+  advance(1);
+  EXPECT_EQ(stats("t", "g").lease_expired, 32u);
+}
+
+// A redelivery far behind the fresh messages gets its own timer, so that
+// no timer walks the offsets in between; both expire.
+TEST_F(BrokerTest, LeasesFarApartInOnePartitionGetTimersOfTheirOwn) {
+  create("t");
+  for (int i = 0; i < 60; ++i) produce("t", "m" + std::to_string(i));
+  auto first = consume("t", "g", "a", 50, 60000);
+  ASSERT_EQ(first.size(), 50u);
+  for (std::size_t i = 1; i < first.size(); ++i) ASSERT_TRUE(ack(first[i], "g", "a").ok());
+  ASSERT_TRUE(nack(first[0], "g", "a", 0).ok());
+  const std::size_t before = timer_count(b());
+  auto second = consume("t", "g", "b", 11, 1000);  // offset 0 again, then 50..59
+  ASSERT_EQ(second.size(), 11u);
+  EXPECT_EQ(timer_count(b()) - before, 2u);
+  advance(1000);
+  EXPECT_EQ(stats("t", "g").lease_expired, 11u);
+}
+
+TEST_F(BrokerTest, TwoConsumesAtTheSameInstantExpireOnlyTheirOwnUnackedLeases) {
+  create("t");
+  for (int i = 0; i < 10; ++i) produce("t", "m" + std::to_string(i));
+  auto a = consume("t", "g", "a", 5, 1000);
+  auto c = consume("t", "g", "c", 5, 1000);  // same deadline, the next five offsets
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(c.size(), 5u);
+  for (const auto& d : a) ASSERT_TRUE(ack(d, "g", "a").ok());
+  advance(1000);
+  EXPECT_EQ(stats("t", "g").lease_expired, 5u);
+  auto again = consume("t", "g", "b", 100, 60000);
+  ASSERT_EQ(again.size(), 5u);
+  for (std::size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].offset, c[i].offset);
+}
+
 }  // namespace
 }  // namespace onceq::testing
