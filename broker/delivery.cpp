@@ -254,7 +254,7 @@ class consume_planner {
     out.fencing_token = d.fencing_token;
     out_.push_back(std::move(out));
 
-    tx_.then([&c = c_, t, g, pos, d = std::move(d)]() mutable {
+    tx_.then([g, pos, d = std::move(d)]() mutable {
       auto& slot = g->parts[pos.partition].open[pos.offset];
       slot = std::move(d);
       if (!slot.scope.empty()) g->keys.lease(slot.scope, pos);
