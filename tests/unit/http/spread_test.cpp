@@ -122,9 +122,13 @@ TEST(spread_rules, nothing_spreads_without_room_or_while_cores_are_scarce) {
 // --- a server over two shard loops --------------------------------------
 
 // A loop whose readings the test sets: each set() publishes a fresh window.
+// Its windows end a minute ahead of the real clock, so that a slow machine
+// (a sanitizer build under load) cannot let a reading go stale between
+// set() and the session reading it.
 struct fake_loop {
+  static steady::time_point ahead() { return steady::now() + 60s; }
   loop_load load;
-  steady::time_point t = steady::now() - 1s;
+  steady::time_point t = ahead() - 1s;
   std::uint64_t cpu = 0;
   std::uint64_t delay = 0;
   bool started = false;
@@ -134,7 +138,7 @@ struct fake_loop {
       load.sample(t, cpu, delay);
       started = true;
     }
-    const auto next = std::max(steady::now(), t + loop_load::k_window);
+    const auto next = std::max(ahead(), t + loop_load::k_window);
     const auto wall = static_cast<double>(ns(next - t));
     cpu += static_cast<std::uint64_t>(busy * wall);
     delay += static_cast<std::uint64_t>(waiting * wall);
