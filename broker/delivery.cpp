@@ -39,7 +39,7 @@ class consume_planner {
       ready_at_[p] = g.parts[p].ready.begin();
     }
     fence_ = g.fence;
-    leased_at_.resize(n);
+    open_run_.assign(n, k_no_run);
     const auto max = static_cast<std::uint64_t>(cmd.max_messages);
     want_ = max;
     // The consumer's own deadline: nothing is delivered at or after it.
@@ -298,30 +298,31 @@ class consume_planner {
     return it->second;
   }
 
-  // A lease this consume made (its timer is pushed at the end).
-  void note_leased(position pos) { leased_at_[pos.partition].push_back(pos.offset); }
-
-  // Every lease this consume made ends at now_ + lease_ms_, so one timer
+  // Every lease this consume makes ends at now_ + lease_ms_, so one timer
   // covers a run of them (timers.hpp): one per partition for fresh
-  // messages, whose offsets follow each other. Offsets more than
-  // k_timer_gap apart start a new run, so that a timer never walks far
-  // past what it leased (a redelivery far behind the fresh ones).
-  void push_lease_timers() {
+  // messages, whose offsets follow each other. A lease more than
+  // k_timer_gap past its partition's open run, or before it, starts a new
+  // run, so that a timer never walks far past what it leased (a
+  // redelivery far behind the fresh ones).
+  void note_leased(position pos) {
     static constexpr std::uint64_t k_timer_gap = 16;
-    for (std::uint32_t p = 0; p < leased_at_.size(); ++p) {
-      auto& offs = leased_at_[p];
-      if (offs.empty()) continue;
-      std::sort(offs.begin(), offs.end());
-      std::size_t first = 0;
-      for (std::size_t i = 1; i <= offs.size(); ++i) {
-        if (i < offs.size() && offs[i] - offs[i - 1] <= k_timer_gap) continue;
-        tx_.then([&c = c_, topic = t_.rec.id, group = g_.id, p, lo = offs[first], hi = offs[i - 1],
-                  at = now_ + lease_ms_] {
-          c.timers.push(timer{at, timer_kind::lease, topic, group, {p, lo}, hi});
-        });
-        first = i;
+    auto& open = open_run_[pos.partition];
+    if (open != k_no_run) {
+      auto& r = runs_[open];
+      if (pos.offset >= r.pos.offset && pos.offset <= r.last_offset() + k_timer_gap) {
+        r.last = std::max(r.last_offset(), pos.offset);
+        return;
       }
     }
+    open = runs_.size();
+    runs_.push_back(timer{now_ + lease_ms_, timer_kind::lease, t_.rec.id, g_.id, pos, pos.offset});
+  }
+
+  void push_lease_timers() {
+    if (runs_.empty()) return;
+    tx_.then([&c = c_, runs = std::move(runs_)] {
+      for (const auto& r : runs) c.timers.push(r);
+    });
   }
 
   core& c_;
@@ -335,8 +336,11 @@ class consume_planner {
   std::uint64_t fence_ = 0;  // the last token this consume handed out
   std::vector<std::uint64_t> cursor_;
   std::vector<std::set<std::uint64_t>::const_iterator> ready_at_;
-  // Per partition, the offsets this consume leased.
-  std::vector<std::vector<std::uint64_t>> leased_at_;
+  // The lease timers this consume will push, and per partition the index
+  // of the run its next lease may extend.
+  static constexpr std::size_t k_no_run = static_cast<std::size_t>(-1);
+  std::vector<timer> runs_;
+  std::vector<std::size_t> open_run_;
   std::unordered_map<std::string, position, string_hash, std::equal_to<>>
       leased_;                                            // keys leased by this consume
   std::map<std::string, order_table::entry> order_view_;  // ordering keys it touched
