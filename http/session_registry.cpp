@@ -1,7 +1,6 @@
 #include "http/session_registry.hpp"
 
 #include <algorithm>
-#include <limits>
 
 #include "http/session.hpp"
 
@@ -9,10 +8,8 @@ namespace onceq::http {
 
 void session_registry::set_loads(std::vector<const loop_load*> loads) {
   loads_ = std::move(loads);
+  // Zeros: the steady clock's epoch, more than a window before any now.
   spread_turns_ = std::make_unique<std::atomic<std::int64_t>[]>(loads_.size());
-  for (std::size_t i = 0; i < loads_.size(); ++i) {
-    spread_turns_[i].store(std::numeric_limits<std::int64_t>::min(), std::memory_order_relaxed);
-  }
 }
 
 loop_reading session_registry::reading(std::uint32_t loop,
@@ -33,7 +30,7 @@ bool session_registry::take_spread_turn(std::uint32_t loop,
   const std::int64_t gap =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(loop_load::k_window).count();
   std::int64_t last = spread_turns_[loop].load(std::memory_order_relaxed);
-  if (last != std::numeric_limits<std::int64_t>::min() && t - last < gap) return false;
+  if (t - last < gap) return false;
   return spread_turns_[loop].compare_exchange_strong(last, t, std::memory_order_relaxed);
 }
 
