@@ -274,6 +274,9 @@ std::unique_ptr<CLI::App> make_app(config& c) {
       "--no-migrate-connections{false}", c.http.migrate_connections,
       "keep each connection on the loop that accepted it, even when\nits requests go to another "
       "shard's topics (default: move it there)");
+  a.add_flag("--no-spread-connections{false}", c.http.spread_connections,
+             "never move a connection off a saturated loop to one with room,\nnor keep one off a "
+             "busy loop: connections only migrate (default: spread)");
   a.add_flag("--help,-h", c.show_help, "print this and exit");
   a.add_flag("--version", c.show_version, "print the version and exit");
   return app;

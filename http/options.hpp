@@ -58,6 +58,11 @@ struct http_options {
   // was accepted and every such request crosses loops.
   bool migrate_connections = true;  // Default: on
 
+  // A session on a saturated loop moves to a loop with room, and one stays
+  // off a busy loop while its own has room (http/spread.hpp); off: sessions
+  // only migrate. Needs migrate_connections.
+  bool spread_connections = true;  // Default: on
+
   // Settings of a topic created without them (POST /v1/topics).
   topic_settings topic_defaults;  // Default: topic_settings{}, the API's (broker/commands.hpp)
 

@@ -156,6 +156,16 @@ TEST(config_test, connections_migrate_unless_told_not_to) {
   EXPECT_FALSE(c->http.migrate_connections);
 }
 
+TEST(config_test, connections_spread_unless_told_not_to) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->http.spread_connections);
+  c = parse({"--no-spread-connections"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_FALSE(c->http.spread_connections);
+  EXPECT_TRUE(c->http.migrate_connections);
+}
+
 TEST(config_test, log_flags_and_access_log) {
   auto c = parse({});
   ASSERT_TRUE(c.ok());
@@ -232,7 +242,8 @@ TEST_F(config_file_test, every_flag_is_a_key) {
   for (const auto& key : config_keys()) {
     if (key == "tls-cert" || key == "tls-key" || key == "auth-file") {
       text += key + " = \"x\"\n";
-    } else if (key == "access-log" || key == "no-migrate-connections") {
+    } else if (key == "access-log" || key == "no-migrate-connections" ||
+               key == "no-spread-connections") {
       text += key + " = false\n";
     } else if (key == "listen") {
       text += key + " = \"127.0.0.1:0\"\n";
