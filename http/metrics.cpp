@@ -282,6 +282,12 @@ void render_connection_metrics(std::string& out, const connection_stats& s) {
                 "Connections moved off a saturated loop to a loop with room (their commands "
                 "then cross to the topic's loop).");
   fmt::format_to(it, "onceq_connections_spread_total {}\n", s.spreads.load(relaxed));
+  append_family(out, "onceq_cpu_idle_cores", "gauge",
+                "Idle cores (of those the process may run on) over the last 200 ms, as the last "
+                "decision on where a connection runs read them; -1 before one or when unknown.");
+  const std::int64_t idle = s.idle_cores_milli.load(relaxed);
+  fmt::format_to(it, "onceq_cpu_idle_cores {}\n",
+                 idle < 0 ? -1.0 : static_cast<double>(idle) / 1000.0);
 }
 
 void render_wal_sync_metrics(std::string& out, const storage::sync_stats& s) {

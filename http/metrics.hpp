@@ -30,6 +30,9 @@ struct connection_stats {
   std::atomic<std::uint64_t> tls_handshake_failures{0};  // incl. plain HTTP on the TLS port
   std::atomic<std::uint64_t> migrations{0};  // connections moved to their topics' shard's loop
   std::atomic<std::uint64_t> spreads{0};     // connections moved off a saturated loop
+  // Idle cores in thousandths as the last placement decision read them
+  // (shard/cpu_idle.hpp); -1: none read yet, or unknown.
+  std::atomic<std::int64_t> idle_cores_milli{-1};
 };
 
 // Appends onceq_connections_* and onceq_http_header_timeouts_total.

@@ -91,10 +91,11 @@ server::server(asio::io_context& ioc, router& r, http_options opts,
                                 std::move(tls))) {}
 
 server::server(std::vector<asio::io_context*> pool, router& r, http_options opts,
-               std::shared_ptr<asio::ssl::context> tls, std::vector<const loop_load*> loads)
+               std::shared_ptr<asio::ssl::context> tls, std::vector<const loop_load*> loads,
+               cpu_idle::reader idle)
     : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts), std::move(tls))) {
   p_->registry->set_loops(p_->pool);
-  if (loads.size() == p_->pool.size()) p_->registry->set_loads(std::move(loads));
+  if (loads.size() == p_->pool.size()) p_->registry->set_loads(std::move(loads), std::move(idle));
 }
 
 server::~server() {

@@ -41,6 +41,7 @@
 #include "base/result.hpp"
 #include "http/options.hpp"
 #include "http/router.hpp"
+#include "shard/cpu_idle.hpp"
 #include "shard/loop_load.hpp"
 
 namespace onceq::http {
@@ -56,10 +57,11 @@ class server {
   // The pool layout: pool is not empty; pool[0] also runs the acceptor.
   // loads: how busy each loop is (loads[i]: pool[i]'s, outliving the
   // sessions), so that sessions of a hot topic spread over loops with room
-  // (http/spread.hpp); empty: sessions only migrate.
+  // when cores sit idle (idle; empty: /proc/stat's) (http/spread.hpp);
+  // empty: sessions only migrate.
   server(std::vector<asio::io_context*> pool, router& r, http_options opts,
          std::shared_ptr<asio::ssl::context> tls = nullptr,
-         std::vector<const loop_load*> loads = {});
+         std::vector<const loop_load*> loads = {}, cpu_idle::reader idle = {});
   ~server();
   server(const server&) = delete;
   server& operator=(const server&) = delete;

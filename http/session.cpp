@@ -416,7 +416,8 @@ class basic_session final : public session,
       // That loop is busy and this one has room: stay, and let the
       // commands cross (http/spread.hpp).
       const auto now = steady::now();
-      if (stays_off(registry_->reading(*shard, now), registry_->reading(*home_, now))) {
+      if (stays_off(registry_->reading(*shard, now), registry_->reading(*home_, now),
+                    registry_->idle_cores(now))) {
         foreign_streak_ = 0;
         return false;
       }
@@ -436,7 +437,7 @@ class basic_session final : public session,
     if (registry_->reading(*home_, now).busy < k_saturated) return std::nullopt;
     static thread_local std::vector<loop_reading> loops;
     registry_->readings(now, loops);
-    auto to = spread_to(*home_, loops);
+    auto to = spread_to(*home_, loops, registry_->idle_cores(now));
     if (!to || registry_->loop(*to) == nullptr || !registry_->take_spread_turn(*home_, now)) {
       return std::nullopt;
     }

@@ -6,8 +6,9 @@
 
 namespace onceq::http {
 
-void session_registry::set_loads(std::vector<const loop_load*> loads) {
+void session_registry::set_loads(std::vector<const loop_load*> loads, cpu_idle::reader idle) {
   loads_ = std::move(loads);
+  idle_ = idle ? std::move(idle) : cpu_idle::proc_stat_reader();
   // Zeros: the steady clock's epoch, more than a window before any now.
   spread_turns_ = std::make_unique<std::atomic<std::int64_t>[]>(loads_.size());
 }
@@ -21,6 +22,14 @@ void session_registry::readings(std::chrono::steady_clock::time_point now,
                                 std::vector<loop_reading>& out) const {
   out.resize(loads_.size());
   for (std::size_t i = 0; i < loads_.size(); ++i) out[i] = loads_[i]->read(now);
+}
+
+std::optional<double> session_registry::idle_cores(std::chrono::steady_clock::time_point now) {
+  if (!idle_) return std::nullopt;
+  const auto idle = idle_(now);
+  stats_.idle_cores_milli.store(idle ? static_cast<std::int64_t>(*idle * 1000.0) : -1,
+                                std::memory_order_relaxed);
+  return idle;
 }
 
 bool session_registry::take_spread_turn(std::uint32_t loop,

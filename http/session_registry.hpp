@@ -12,12 +12,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "http/metrics.hpp"
 #include "http/options.hpp"
 #include "http/spread.hpp"
+#include "shard/cpu_idle.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -49,14 +51,18 @@ class session_registry {
     return shard < loops_.size() ? loops_[shard] : nullptr;
   }
 
-  // How busy each loop is (loads[i]: loop i's; they outlive the sessions):
-  // what spreading decides on (http/spread.hpp). Without them sessions
-  // only migrate. Set before start.
-  void set_loads(std::vector<const loop_load*> loads);
+  // How busy each loop is (loads[i]: loop i's; they outlive the sessions)
+  // and how many cores sit idle (empty: /proc/stat's): what spreading
+  // decides on (http/spread.hpp). Without them sessions only migrate. Set
+  // before start.
+  void set_loads(std::vector<const loop_load*> loads, cpu_idle::reader idle = {});
   bool has_loads() const noexcept { return !loads_.empty(); }
   loop_reading reading(std::uint32_t loop, std::chrono::steady_clock::time_point now) const;
   // Every loop's reading, in out (resized).
   void readings(std::chrono::steady_clock::time_point now, std::vector<loop_reading>& out) const;
+  // Idle cores over the last period (cpu_idle::read), also kept for the
+  // metrics (connection_stats::idle_cores_milli); nullopt while unknown.
+  std::optional<double> idle_cores(std::chrono::steady_clock::time_point now);
   // Whether a session may spread out of loop now: one per
   // loop_load::k_window, so that the loop's next reading shows the effect
   // of one move before the next.
@@ -77,6 +83,7 @@ class session_registry {
   const std::shared_ptr<boost::asio::ssl::context> tls_;
   std::vector<boost::asio::io_context*> loops_;
   std::vector<const loop_load*> loads_;
+  cpu_idle::reader idle_;
   std::unique_ptr<std::atomic<std::int64_t>[]> spread_turns_;  // per loop: ns of the last spread
   mutable std::mutex mu_;
   std::uint64_t next_id_ = 0;

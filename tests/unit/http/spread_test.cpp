@@ -3,10 +3,11 @@
 // server over two shard loops whose loads the test sets: a session on a
 // saturated loop moves to the idle one and stays there while its topic's
 // loop is busy, comes back once it is not, and nothing moves while cores
-// are scarce.
+// are scarce. And the meter of idle cores (shard/cpu_idle.hpp).
 
 #include "http/spread.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -97,31 +98,110 @@ TEST(loop_load, the_loop_thread_measures_itself) {
   EXPECT_LE(r.busy, 1.0);
 }
 
+// --- idle cores --------------------------------------------------------
+
+constexpr std::string_view k_proc_stat =
+    "cpu  900 0 90 9000 100 0 0 0 0 0\n"
+    "cpu0 100 0 10 1000 10 0 0 0 0 0\n"
+    "cpu1 200 0 20 2000 20 0 0 0 0 0\n"
+    "cpu2 300 0 30 3000 30 0 0 0 0 0\n"
+    "cpu12 300 0 30 3000 40 0 0 0 0 0\n"
+    "intr 12345 0 0\n"
+    "ctxt 999\n";
+
+TEST(cpu_idle, idle_and_iowait_of_the_allowed_cores_only) {
+  EXPECT_EQ(idle_ticks_of(k_proc_stat, {0, 1, 2, 12}), 1010u + 2020 + 3030 + 3040);
+  EXPECT_EQ(idle_ticks_of(k_proc_stat, {1, 12}), 2020u + 3040);  // not the "cpu " total
+  EXPECT_EQ(idle_ticks_of(k_proc_stat, {7}), std::nullopt);
+  EXPECT_EQ(idle_ticks_of("", {0}), std::nullopt);
+  EXPECT_EQ(idle_ticks_of("cpu0 1 2 3\ncpux 1 2 3 4 5\n", {0}), std::nullopt);  // cut short
+}
+
+TEST(cpu_idle, idle_cores_over_each_period_and_nothing_across_a_long_gap) {
+  std::uint64_t ticks = 1000;
+  bool readable = true;
+  cpu_idle idle(
+      [&]() -> std::optional<std::uint64_t> {
+        if (!readable) return std::nullopt;
+        return ticks;
+      },
+      100.0);
+  const auto t0 = steady::now();
+  EXPECT_EQ(idle.read(t0), std::nullopt);  // a start only
+  static_assert(cpu_idle::k_period == 200ms && cpu_idle::k_max_gap == 800ms);
+  ticks += 60;  // 60 ticks in 200 ms: 3 cores idle
+  EXPECT_NEAR(*idle.read(t0 + 200ms), 3.0, 1e-9);
+  ticks += 100;  // within the period: the last reading, no new sample
+  EXPECT_NEAR(*idle.read(t0 + 300ms), 3.0, 1e-9);
+  EXPECT_NEAR(*idle.read(t0 + 400ms), 5.0, 1e-9);  // those 100 ticks over 200 ms
+  // Unreadable: the last reading while it is recent, then unknown.
+  readable = false;
+  EXPECT_NEAR(*idle.read(t0 + 700ms), 5.0, 1e-9);
+  EXPECT_EQ(idle.read(t0 + 1300ms), std::nullopt);
+  // After a gap longer than k_max_gap a sample only starts again.
+  readable = true;
+  ticks += 5000;
+  EXPECT_EQ(idle.read(t0 + 3s), std::nullopt);
+  ticks += 20;
+  EXPECT_NEAR(*idle.read(t0 + 3s + 200ms), 1.0, 1e-9);
+}
+
+TEST(cpu_idle, reads_this_machine) {
+  auto read = cpu_idle::proc_stat_reader();
+  EXPECT_EQ(read(steady::now()), std::nullopt);
+  std::this_thread::sleep_for(cpu_idle::k_period + 50ms);
+  const auto idle = read(steady::now());
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_GE(*idle, 0.0);
+  EXPECT_LE(*idle, static_cast<double>(std::thread::hardware_concurrency()) + 0.5);
+}
+
 // --- the rules ---------------------------------------------------------
 
+constexpr std::optional<double> k_spare = 8.0;
+
 TEST(spread_rules, a_session_stays_off_a_busy_loop_only_while_its_own_has_room) {
-  EXPECT_TRUE(stays_off({0.95, 0}, {0.1, 0}));
-  EXPECT_TRUE(stays_off({k_stay_away, 0}, {k_room, 0}));
-  EXPECT_FALSE(stays_off({k_stay_away - 0.01, 0}, {0.1, 0}));  // room there: migrate
-  EXPECT_FALSE(stays_off({0.95, 0}, {k_room + 0.01, 0}));      // no room here
-  EXPECT_FALSE(stays_off({0.95, k_scarce}, {0.1, 0}));         // cores scarce
-  EXPECT_FALSE(stays_off({0.95, 0}, {0.1, k_scarce}));
-  EXPECT_FALSE(stays_off({}, {}));  // both idle (or never measured)
+  EXPECT_TRUE(stays_off({0.95, 0}, {0.1, 0}, k_spare));
+  EXPECT_TRUE(stays_off({k_stay_away, 0}, {k_room, 0}, k_spare));
+  EXPECT_FALSE(stays_off({k_stay_away - 0.01, 0}, {0.1, 0}, k_spare));  // room there: migrate
+  EXPECT_FALSE(stays_off({0.95, 0}, {k_room + 0.01, 0}, k_spare));      // no room here
+  EXPECT_FALSE(stays_off({0.95, k_scarce}, {0.1, 0}, k_spare));         // cores scarce
+  EXPECT_FALSE(stays_off({0.95, 0}, {0.1, k_scarce}, k_spare));
+  EXPECT_FALSE(stays_off({}, {}, k_spare));  // both idle (or never measured)
+}
+
+TEST(spread_rules, two_loops_never_keep_each_others_sessions) {
+  static_assert(k_room < k_stay_away && k_stay_away < k_saturated);
+  for (double a = 0; a <= 1.0; a += 0.05) {
+    for (double b = 0; b <= 1.0; b += 0.05) {
+      EXPECT_FALSE(stays_off({a, 0}, {b, 0}, k_spare) && stays_off({b, 0}, {a, 0}, k_spare))
+          << a << " " << b;
+    }
+  }
 }
 
 TEST(spread_rules, a_saturated_loop_spreads_to_the_least_busy_loop_with_room) {
-  const std::vector<loop_reading> loops{{0.95, 0}, {0.40, 0}, {0.20, 0}, {0.90, 0}};
-  EXPECT_EQ(spread_to(0, loops), 2u);
-  EXPECT_EQ(spread_to(3, loops), 2u);
-  EXPECT_EQ(spread_to(1, loops), std::nullopt);  // not saturated
-  EXPECT_EQ(spread_to(9, loops), std::nullopt);  // no such loop
+  const std::vector<loop_reading> loops{{0.95, 0}, {0.25, 0}, {0.20, 0}, {k_saturated, 0}};
+  EXPECT_EQ(spread_to(0, loops, k_spare), 2u);
+  EXPECT_EQ(spread_to(3, loops, k_spare), 2u);
+  EXPECT_EQ(spread_to(1, loops, k_spare), std::nullopt);  // not saturated
+  EXPECT_EQ(spread_to(9, loops, k_spare), std::nullopt);  // no such loop
 }
 
 TEST(spread_rules, nothing_spreads_without_room_or_while_cores_are_scarce) {
-  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {0.6, 0}}), std::nullopt);
-  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0.2}, {0.0, 0}}), std::nullopt);
-  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {0.0, 0.2}}), std::nullopt);
-  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}}), std::nullopt);
+  const std::vector<loop_reading> roomy{{1.0, 0}, {0.0, 0}};
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {k_room + 0.01, 0}}, k_spare),
+            std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0.2}, {0.0, 0}}, k_spare), std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}, {0.0, 0.2}}, k_spare), std::nullopt);
+  EXPECT_EQ(spread_to(0, std::vector<loop_reading>{{1.0, 0}}, k_spare), std::nullopt);
+  // Fewer idle cores than k_spare_cores, or not known: nothing moves.
+  EXPECT_EQ(spread_to(0, roomy, k_spare_cores), 1u);
+  EXPECT_EQ(spread_to(0, roomy, k_spare_cores - 0.01), std::nullopt);
+  EXPECT_EQ(spread_to(0, roomy, std::nullopt), std::nullopt);
+  EXPECT_TRUE(stays_off({1.0, 0}, {0.0, 0}, k_spare_cores));
+  EXPECT_FALSE(stays_off({1.0, 0}, {0.0, 0}, 0.5));
+  EXPECT_FALSE(stays_off({1.0, 0}, {0.0, 0}, std::nullopt));
 }
 
 // --- a server over two shard loops --------------------------------------
@@ -163,7 +243,12 @@ class spread_server : public ::testing::Test {
   spread_server()
       : h_(options(), nullptr, 2),
         srv_({&h_.core(0).context(), &h_.core(1).context()}, h_.routes(), options(), nullptr,
-             {&loops_[0].load, &loops_[1].load}) {
+             {&loops_[0].load, &loops_[1].load},
+             [this](steady::time_point) -> std::optional<double> {
+               const double v = idle_cores_.load();
+               if (v < 0) return std::nullopt;
+               return v;
+             }) {
     auto ep = srv_.listen();
     EXPECT_TRUE(ep.ok());
     port_ = ep->port();
@@ -209,6 +294,7 @@ class spread_server : public ::testing::Test {
   }
 
   fake_loop loops_[2];
+  std::atomic<double> idle_cores_{8.0};  // what the server reads as idle cores; < 0: unknown
   router_harness h_;
   server srv_;
   std::uint16_t port_ = 0;
@@ -242,9 +328,14 @@ TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_ba
   EXPECT_EQ(migrations_now(2), 2u);
   EXPECT_EQ(spreads(), 1u);
 
-  // Saturated while cores are scarce: it stays with its topic.
+  // Saturated while cores are scarce: it stays with its topic, whether
+  // the loop waits for a core, no core sits idle, or that is not known.
   const loop_reading starved{0.95, 0.3};
   for (int i = 0; i < 4; ++i) ASSERT_EQ(produce(s, starved, idle, n++), 200);
+  idle_cores_ = 0.5;
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(produce(s, saturated, idle, n++), 200);
+  idle_cores_ = -1;
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(produce(s, saturated, idle, n++), 200);
   EXPECT_EQ(spreads(), 1u);
   EXPECT_EQ(migrations(), 2u);
 
