@@ -56,7 +56,8 @@ std::chrono::milliseconds ms(millis v) {
 }
 
 void start_plain(tcp::socket socket, router& r, std::shared_ptr<session_registry> registry,
-                 std::optional<std::uint32_t> home, std::string pending, bool adopted);
+                 std::optional<std::uint32_t> home, std::string pending, bool adopted,
+                 steady::time_point settled_until = {});
 
 // One HTTP/1.1 connection over Stream: tcp::socket (plain) or Asio's SSL
 // stream over one (TLS). The hot path, as callbacks on the socket's loop,
@@ -84,13 +85,14 @@ class basic_session final : public session,
   template <class... StreamArgs>
   basic_session(router& r, std::shared_ptr<session_registry> registry,
                 std::optional<std::uint32_t> home, std::string pending, bool adopted,
-                StreamArgs&&... stream_args)
+                steady::time_point settled_until, StreamArgs&&... stream_args)
       : registry_(std::move(registry)),
         opts_(registry_->options()),
         router_(r),
         stream_(std::forward<StreamArgs>(stream_args)...),
         home_(home),
-        adopted_(adopted) {
+        adopted_(adopted),
+        settled_until_(settled_until) {
     if (!pending.empty()) {
       auto room = buffer_.prepare(pending.size());
       asio::buffer_copy(room, asio::buffer(pending));
@@ -363,7 +365,7 @@ class basic_session final : public session,
       if (!ok || !keep) return s.finish(false);
       if constexpr (!k_tls) {
         if (s.note_shard(shard) && s.migrate(s.foreign_)) return;
-        if (auto to = s.spread_target(shard); to && s.migrate(*to)) {
+        if (auto to = s.spread_target(shard); to && s.migrate(*to, steady::now() + k_settle)) {
           s.registry_->stats().spreads.fetch_add(1, k_relaxed);
           return;
         }
@@ -413,12 +415,15 @@ class basic_session final : public session,
     }
     if (foreign_streak_ < k_migrate_after) return false;
     if (registry_->has_loads()) {
+      const auto now = steady::now();
+      // Spread here, or stayed off that loop, a moment ago: stay put.
+      if (now < settled_until_) return false;
       // That loop is busy and this one has room: stay, and let the
       // commands cross (http/spread.hpp).
-      const auto now = steady::now();
       if (stays_off(registry_->reading(*shard, now), registry_->reading(*home_, now),
                     registry_->idle_cores(now))) {
         foreign_streak_ = 0;
+        settled_until_ = now + k_settle;
         return false;
       }
     }
@@ -445,8 +450,9 @@ class basic_session final : public session,
   }
 
   // Hands the socket and the bytes read so far to the loop of shard
-  // target. False (the session stays) if the socket cannot be released.
-  bool migrate(std::uint32_t target) {
+  // target, where the session does not move again before settled_until.
+  // False (the session stays) if the socket cannot be released.
+  bool migrate(std::uint32_t target, steady::time_point settled_until = {}) {
     asio::io_context* loop = registry_->loop(target);
     beast::error_code ec;
     const auto protocol = socket().local_endpoint(ec).protocol();
@@ -459,7 +465,7 @@ class basic_session final : public session,
     std::string pending = beast::buffers_to_string(buffer_.data());
     registry_->stats().migrations.fetch_add(1, k_relaxed);
     asio::post(*loop, [loop, fd, protocol, target, pending = std::move(pending), &rt = router_,
-                       registry = registry_]() mutable {
+                       registry = registry_, settled_until]() mutable {
       tcp::socket adopted(*loop);
       beast::error_code aec;
       adopted.assign(protocol, fd, aec);
@@ -467,7 +473,8 @@ class basic_session final : public session,
         ::close(fd);
         return;
       }
-      start_plain(std::move(adopted), rt, std::move(registry), target, std::move(pending), true);
+      start_plain(std::move(adopted), rt, std::move(registry), target, std::move(pending), true,
+                  settled_until);
     });
     return true;
   }
@@ -542,6 +549,9 @@ class basic_session final : public session,
   bool adopted_ = false;
   std::uint32_t foreign_ = 0;
   int foreign_streak_ = 0;
+  // Before this the session does not migrate (it spread, or stayed off a
+  // busy loop, a moment ago: k_settle).
+  steady::time_point settled_until_;
   // --access-log: what the line needs, taken before the router owns the request.
   steady::time_point started_;
   std::string method_, target_;
@@ -593,9 +603,10 @@ asio::awaitable<void> basic_session<Stream>::watch_peer() {
 }
 
 void start_plain(tcp::socket socket, router& r, std::shared_ptr<session_registry> registry,
-                 std::optional<std::uint32_t> home, std::string pending, bool adopted) {
+                 std::optional<std::uint32_t> home, std::string pending, bool adopted,
+                 steady::time_point settled_until) {
   auto s = std::make_shared<basic_session<tcp::socket>>(
-      r, std::move(registry), home, std::move(pending), adopted, std::move(socket));
+      r, std::move(registry), home, std::move(pending), adopted, settled_until, std::move(socket));
   s->start();
 }
 
@@ -604,8 +615,9 @@ void start_plain(tcp::socket socket, router& r, std::shared_ptr<session_registry
 void start_session(tcp::socket socket, router& r, std::shared_ptr<session_registry> registry,
                    std::optional<std::uint32_t> home, std::string pending, bool adopted) {
   if (asio::ssl::context* tls = registry->tls()) {
-    auto s = std::make_shared<basic_session<tls_stream>>(
-        r, std::move(registry), home, std::string{}, false, std::move(socket), *tls);
+    auto s = std::make_shared<basic_session<tls_stream>>(r, std::move(registry), home,
+                                                         std::string{}, false, steady::time_point{},
+                                                         std::move(socket), *tls);
     s->start();
   } else {
     start_plain(std::move(socket), r, std::move(registry), home, std::move(pending), adopted);

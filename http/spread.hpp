@@ -28,6 +28,7 @@
 // 0.77-0.90 busy, and with every session elsewhere 0.53-0.66 busy while
 // the topic moved 1.3-1.8x the messages.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -52,6 +53,12 @@ inline constexpr double k_scarce = 0.10;
 // there measured no better than migrating (docs/BENCHMARKS.md, "Sixteen
 // cores").
 inline constexpr double k_spare_cores = 1.5;
+
+// A session that spread, or stayed off a busy loop, does not migrate for
+// this long: a loop's 50 ms readings swing with its fsync cycle, and on 16
+// cores without it nearly every spread session came back at the first low
+// window (44 spreads and 44 returns in one run).
+inline constexpr std::chrono::milliseconds k_settle{1000};
 
 // idle_cores: cpu_idle::read(), the idle cores over the last period.
 

@@ -2,7 +2,7 @@
 // topic's sessions over loops with room (http/spread.hpp), and a real
 // server over two shard loops whose loads the test sets: a session on a
 // saturated loop moves to the idle one and stays there while its topic's
-// loop is busy, comes back once it is not, and nothing moves while cores
+// loop is busy and for k_settle, comes back once it is not, and nothing moves while cores
 // are scarce. And the meter of idle cores (shard/cpu_idle.hpp).
 
 #include "http/spread.hpp"
@@ -315,15 +315,23 @@ TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_ba
   // Loop 0 saturated, loop 1 idle: after its first answer the session
   // moves to loop 1, and its commands cross back to shard 0.
   ASSERT_EQ(produce(s, saturated, idle, n++), 200);
+  const auto spread_at = steady::now();
   EXPECT_EQ(spreads_now(1), 1u);
   EXPECT_EQ(migrations_now(1), 1u);
   // While loop 0 stays busy it does not migrate back.
   for (int i = 0; i < 6; ++i) ASSERT_EQ(produce(s, saturated, idle, n++), 200);
   EXPECT_EQ(spreads(), 1u);
   EXPECT_EQ(migrations(), 1u);
+  // Nor for k_settle after it spread, however calm loop 0 gets.
+  for (int i = 0; i < k_migrate_after + 1; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+  if (steady::now() - spread_at < k_settle - 200ms) {  // (a slow machine may be past it)
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(migrations(), 1u);
+  }
 
-  // Loop 0 calm again: after k_migrate_after answers from shard 0 the
-  // session follows its topic, as it always did.
+  // Loop 0 calm once k_settle has passed: after k_migrate_after answers
+  // from shard 0 the session follows its topic, as it always did.
+  std::this_thread::sleep_until(spread_at + k_settle + 200ms);
   for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
   EXPECT_EQ(migrations_now(2), 2u);
   EXPECT_EQ(spreads(), 1u);
@@ -355,6 +363,34 @@ TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_ba
   for (int i = 0; i < n; ++i) {
     EXPECT_EQ(lines[static_cast<std::size_t>(i)].at("value"), "m" + std::to_string(i));
   }
+}
+
+TEST_F(spread_server, a_session_stays_off_a_busy_loop_and_looks_again_after_k_settle) {
+  ASSERT_EQ(h_.post("/v1/topics", json{{"name", "hot"}, {"partitions", 1}}).result_int(), 201);
+  ASSERT_EQ(h_.shards().placed_on("hot"), 0u);
+  // Connections are dealt to the loops in turn: the second lands on loop 1.
+  tcp::socket first(client_ioc_), s(client_ioc_);
+  first.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
+  const loop_reading busy{k_stay_away + 0.05, 0}, idle{0, 0}, calm{0.2, 0};
+  int n = 0;
+
+  // Loop 0 busy, loop 1 with room: the session stays on loop 1.
+  for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, busy, idle, n++), 200);
+  const auto stayed_at = steady::now();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(migrations(), 0u);
+  // Loop 0 calm: for k_settle it does not look again.
+  for (int i = 0; i < k_migrate_after + 1; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+  if (steady::now() - stayed_at < k_settle - 200ms) {  // (a slow machine may be past it)
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(migrations(), 0u);
+  }
+  // Then it follows its topic.
+  std::this_thread::sleep_until(stayed_at + k_settle + 200ms);
+  for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+  EXPECT_EQ(migrations_now(1), 1u);
+  EXPECT_EQ(spreads(), 0u);
 }
 
 }  // namespace
