@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/rocksdb/insert_hint.hpp"
 #include "storage/rocksdb/wal_prezero.hpp"
 
 namespace onceq::storage {
@@ -124,7 +125,7 @@ rocksdb::Options make_db_options(const storage_options& opts, const db_shared& s
 // seeks to exact keys (messages, deliveries), so a bloom filter saves a
 // disk read per miss. meta is tiny and always hot.
 rocksdb::ColumnFamilyOptions make_cf_options(const storage_options& opts, const db_shared& shared,
-                                             column c) {
+                                             column c, bool insert_hints) {
   const rocksdb::CompressionType compression = shared.compression;
   rocksdb::ColumnFamilyOptions o;
   o.write_buffer_size = opts.write_buffer_bytes;
@@ -168,6 +169,11 @@ rocksdb::ColumnFamilyOptions make_cf_options(const storage_options& opts, const 
   }
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
 
+  // Messages and deliveries arrive in key order within a partition: the
+  // memtable starts each insert where the partition's last one went
+  // (storage/rocksdb/insert_hint.hpp). One writer, so no concurrent
+  // inserts, which would ignore the hint.
+  if (insert_hints) o.memtable_insert_with_hint_prefix_extractor = insert_hint_extractor(c);
   if (c == column::keys || c == column::dedup) {
     o.compaction_filter = shared.filter.get();
     // Most lookups here miss (a new idempotency key, a new msg_id): a
@@ -216,19 +222,51 @@ db_shared db_shared::make(const storage_options& opts, const clock& time,
   return s;
 }
 
+namespace {
+
+// Whether dir holds a WAL file (NNNNNN.log) that an open would replay.
+bool has_wal(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".log") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 result<void> db_handle::open(const storage_options& opts, const db_shared& shared) {
   const rocksdb::Options db_opts = make_db_options(opts, shared);
-  std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-  // Unused, but given meta's options so that it shares the block cache.
-  descs.emplace_back(rocksdb::kDefaultColumnFamilyName,
-                     make_cf_options(opts, shared, column::meta));
-  for (int i = 0; i < k_column_count; ++i) {
-    descs.emplace_back(k_cf_names[i], make_cf_options(opts, shared, static_cast<column>(i)));
-  }
+  auto open_db = [&](bool insert_hints, std::vector<rocksdb::ColumnFamilyHandle*>& handles,
+                     rocksdb::DB*& raw) {
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+    // Unused, but given meta's options so that it shares the block cache.
+    descs.emplace_back(rocksdb::kDefaultColumnFamilyName,
+                       make_cf_options(opts, shared, column::meta, insert_hints));
+    for (int i = 0; i < k_column_count; ++i) {
+      descs.emplace_back(k_cf_names[i],
+                         make_cf_options(opts, shared, static_cast<column>(i), insert_hints));
+    }
+    return rocksdb::DB::Open(rocksdb::DBOptions(db_opts), opts.data_dir, descs, &handles, &raw);
+  };
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  const rocksdb::Status s =
-      rocksdb::DB::Open(rocksdb::DBOptions(db_opts), opts.data_dir, descs, &handles, &raw);
+  // A WAL from before the insert hint may hold range deletes whose begin
+  // keys are hinted keys, which RocksDB cannot replay with the hint on
+  // (insert_hint.hpp). So a WAL is replayed first without it: recovery
+  // flushes what it replayed, and the open with hints that follows starts
+  // from a fresh WAL.
+  if (has_wal(opts.data_dir)) {
+    const rocksdb::Status s = open_db(false, handles, raw);
+    if (!s.ok()) return io_error("cannot open " + opts.data_dir, s);
+    for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+    handles.clear();
+    const rocksdb::Status c = raw->Close();
+    delete raw;
+    raw = nullptr;
+    if (!c.ok()) return io_error("cannot close " + opts.data_dir + " after its recovery", c);
+  }
+  const rocksdb::Status s = open_db(true, handles, raw);
   if (!s.ok()) return io_error("cannot open " + opts.data_dir, s);
   db_.reset(raw);
   default_cf_ = handles[0];

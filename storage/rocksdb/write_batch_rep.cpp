@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/bytes.hpp"
+#include "storage/rocksdb/insert_hint.hpp"
 
 namespace onceq::storage {
 namespace {
@@ -51,7 +52,8 @@ result<std::string> write_batch_rep(const batch& b, const column_family_ids& ids
     if (op.value.size() > max)
       return make_error(errc::internal,
                         "building write batch: Invalid argument: value is too large");
-    size += k_record_overhead + op.key.size() + op.value.size();
+    // + 1: a range delete's begin key may grow by a byte (insert_hint.hpp).
+    size += k_record_overhead + op.key.size() + 1 + op.value.size();
     ++count;
   }
   // RocksDB's varint32 and length-prefixed slices are base/bytes.hpp's
@@ -77,7 +79,11 @@ result<std::string> write_batch_rep(const batch& b, const column_family_ids& ids
         break;
     }
     if (id != 0) w.varint(id);
-    w.str(op.key);
+    if (op.k == batch::kind::del_range) {
+      w.str(range_begin_outside_hint(op.col, op.key));
+    } else {
+      w.str(op.key);
+    }
     if (op.k != batch::kind::del) w.str(op.value);
   }
   return w.take();

@@ -32,8 +32,9 @@ using column_family_ids = std::array<std::uint32_t, k_column_count>;
 // DeleteRange would make on a fresh batch without timestamps or protection
 // info (tests/unit/storage/rocksdb_store_test.cpp compares them). An empty
 // range (begin >= end) is left out, as memory_store deletes nothing for it
-// and RocksDB would reject it. A key or value over 4 GiB fails, with
-// WriteBatch's own message.
+// and RocksDB would reject it. A range delete's begin key goes through
+// range_begin_outside_hint (insert_hint.hpp). A key or value over 4 GiB
+// fails, with WriteBatch's own message.
 result<std::string> write_batch_rep(const batch& b, const column_family_ids& ids);
 
 }  // namespace onceq::storage
