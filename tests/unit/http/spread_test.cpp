@@ -293,6 +293,22 @@ class spread_server : public ::testing::Test {
     return res.result_int();
   }
 
+  // With loop 0 calm and loop 1 idle: a session on loop 1 that moved or
+  // decided to stay at `since` does not migrate to loop 0 before k_settle
+  // has passed, and does after it.
+  void holds_still_then_follows(tcp::socket& s, steady::time_point since, int& n) {
+    const loop_reading calm{0.2, 0}, idle{0, 0};
+    const auto before = migrations();
+    for (int i = 0; i < k_migrate_after + 1; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+    if (steady::now() - since < k_settle - 200ms) {  // (a slow machine may be past it)
+      std::this_thread::sleep_for(50ms);
+      EXPECT_EQ(migrations(), before);
+    }
+    std::this_thread::sleep_until(since + k_settle + 200ms);
+    for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
+    EXPECT_EQ(migrations_now(before + 1), before + 1);
+  }
+
   fake_loop loops_[2];
   std::atomic<double> idle_cores_{8.0};  // what the server reads as idle cores; < 0: unknown
   router_harness h_;
@@ -309,7 +325,7 @@ TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_ba
   // The first connection is accepted on loop 0, the topic's loop.
   tcp::socket s(client_ioc_);
   s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
-  const loop_reading saturated{0.95, 0}, idle{0, 0}, calm{0.2, 0};
+  const loop_reading saturated{0.95, 0}, idle{0, 0};
   int n = 0;
 
   // Loop 0 saturated, loop 1 idle: after its first answer the session
@@ -322,18 +338,10 @@ TEST_F(spread_server, a_hot_topics_session_spreads_stays_while_busy_and_comes_ba
   for (int i = 0; i < 6; ++i) ASSERT_EQ(produce(s, saturated, idle, n++), 200);
   EXPECT_EQ(spreads(), 1u);
   EXPECT_EQ(migrations(), 1u);
-  // Nor for k_settle after it spread, however calm loop 0 gets.
-  for (int i = 0; i < k_migrate_after + 1; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
-  if (steady::now() - spread_at < k_settle - 200ms) {  // (a slow machine may be past it)
-    std::this_thread::sleep_for(50ms);
-    EXPECT_EQ(migrations(), 1u);
-  }
-
-  // Loop 0 calm once k_settle has passed: after k_migrate_after answers
-  // from shard 0 the session follows its topic, as it always did.
-  std::this_thread::sleep_until(spread_at + k_settle + 200ms);
-  for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
-  EXPECT_EQ(migrations_now(2), 2u);
+  // Nor for k_settle after it spread, however calm loop 0 gets; then,
+  // after k_migrate_after answers from shard 0, the session follows its
+  // topic, as it always did.
+  holds_still_then_follows(s, spread_at, n);
   EXPECT_EQ(spreads(), 1u);
 
   // Saturated while cores are scarce: it stays with its topic, whether
@@ -372,7 +380,7 @@ TEST_F(spread_server, a_session_stays_off_a_busy_loop_and_looks_again_after_k_se
   tcp::socket first(client_ioc_), s(client_ioc_);
   first.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
   s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
-  const loop_reading busy{k_stay_away + 0.05, 0}, idle{0, 0}, calm{0.2, 0};
+  const loop_reading busy{k_stay_away + 0.05, 0}, idle{0, 0};
   int n = 0;
 
   // Loop 0 busy, loop 1 with room: the session stays on loop 1.
@@ -380,16 +388,9 @@ TEST_F(spread_server, a_session_stays_off_a_busy_loop_and_looks_again_after_k_se
   const auto stayed_at = steady::now();
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(migrations(), 0u);
-  // Loop 0 calm: for k_settle it does not look again.
-  for (int i = 0; i < k_migrate_after + 1; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
-  if (steady::now() - stayed_at < k_settle - 200ms) {  // (a slow machine may be past it)
-    std::this_thread::sleep_for(50ms);
-    EXPECT_EQ(migrations(), 0u);
-  }
-  // Then it follows its topic.
-  std::this_thread::sleep_until(stayed_at + k_settle + 200ms);
-  for (int i = 0; i < k_migrate_after; ++i) ASSERT_EQ(produce(s, calm, idle, n++), 200);
-  EXPECT_EQ(migrations_now(1), 1u);
+  // Loop 0 calm: for k_settle it does not look again, then it follows
+  // its topic.
+  holds_still_then_follows(s, stayed_at, n);
   EXPECT_EQ(spreads(), 0u);
 }
 
