@@ -182,7 +182,7 @@ int serve(cmd::config cfg, std::unique_ptr<http::authenticator> auth) {
   for (auto& s : shards) {
     shard_ptrs.push_back(s.get());
     loops.push_back(&s->context());
-    if (cfg.http.spread_connections) loads.push_back(&s->load());
+    loads.push_back(&s->load());
   }
   shard_set placement(shard_ptrs,
                       node != nullptr ? placement_rule::hashed : placement_rule::balanced);

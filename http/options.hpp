@@ -60,7 +60,7 @@ struct http_options {
 
   // A session on a saturated loop moves to a loop with room, and one stays
   // off a busy loop while its own has room (http/spread.hpp); off: sessions
-  // only migrate. Needs migrate_connections.
+  // only migrate (http::server). Needs migrate_connections.
   bool spread_connections = true;  // Default: on
 
   // Settings of a topic created without them (POST /v1/topics).

@@ -25,7 +25,6 @@
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
 #include "http/shard_ops.hpp"
-#include "http/spread.hpp"
 
 namespace onceq::http {
 
@@ -202,7 +201,7 @@ asio::awaitable<reply> router::prometheus(call& c) {
     const shard& s = shards_.at(i);
     const auto ob = i < outboxes->size() ? (*outboxes)[i] : outbox_stats{};
     const auto now = clock_.now_ms();
-    const loop_reading load = s.load().read(std::chrono::steady_clock::now());
+    const loop_load::reading load = s.load().read(std::chrono::steady_clock::now());
     gauges.push_back({s.id(), s.storage_health(), s.queue_depth(), topics[i], s.iterations(),
                       s.write_stalls(), s.disk_reads(), s.loop_disk_reads(), ob.depth,
                       ob.oldest_created_at_ms == 0 || ob.oldest_created_at_ms > now

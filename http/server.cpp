@@ -95,7 +95,9 @@ server::server(std::vector<asio::io_context*> pool, router& r, http_options opts
                cpu_idle::reader idle)
     : p_(std::make_shared<impl>(std::move(pool), true, r, std::move(opts), std::move(tls))) {
   p_->registry->set_loops(p_->pool);
-  if (loads.size() == p_->pool.size()) p_->registry->set_loads(std::move(loads), std::move(idle));
+  if (p_->registry->options().spread_connections && loads.size() == p_->pool.size()) {
+    p_->registry->set_loads(std::move(loads), std::move(idle));
+  }
 }
 
 server::~server() {

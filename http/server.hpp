@@ -58,7 +58,7 @@ class server {
   // loads: how busy each loop is (loads[i]: pool[i]'s, outliving the
   // sessions), so that sessions of a hot topic spread over loops with room
   // when cores sit idle (idle; empty: /proc/stat's) (http/spread.hpp);
-  // empty: sessions only migrate.
+  // empty, or opts.spread_connections off: sessions only migrate.
   server(std::vector<asio::io_context*> pool, router& r, http_options opts,
          std::shared_ptr<asio::ssl::context> tls = nullptr,
          std::vector<const loop_load*> loads = {}, cpu_idle::reader idle = {});

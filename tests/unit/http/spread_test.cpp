@@ -240,9 +240,10 @@ class spread_server : public ::testing::Test {
     return o;
   }
 
-  spread_server()
-      : h_(options(), nullptr, 2),
-        srv_({&h_.core(0).context(), &h_.core(1).context()}, h_.routes(), options(), nullptr,
+  spread_server() : spread_server(options()) {}
+  explicit spread_server(const http_options& opts)
+      : h_(opts, nullptr, 2),
+        srv_({&h_.core(0).context(), &h_.core(1).context()}, h_.routes(), opts, nullptr,
              {&loops_[0].load, &loops_[1].load},
              [this](steady::time_point) -> std::optional<double> {
                const double v = idle_cores_.load();
@@ -392,6 +393,30 @@ TEST_F(spread_server, a_session_stays_off_a_busy_loop_and_looks_again_after_k_se
   // its topic.
   holds_still_then_follows(s, stayed_at, n);
   EXPECT_EQ(spreads(), 0u);
+}
+
+// --no-spread-connections: the server is given the loads and idle cores
+// all the same, and a session on a saturated loop only migrates.
+class no_spread_server : public spread_server {
+ protected:
+  static http_options without_spread() {
+    http_options o = options();
+    o.spread_connections = false;
+    return o;
+  }
+  no_spread_server() : spread_server(without_spread()) {}
+};
+
+TEST_F(no_spread_server, a_session_on_a_saturated_loop_stays_with_its_topic) {
+  ASSERT_EQ(h_.post("/v1/topics", json{{"name", "hot"}, {"partitions", 1}}).result_int(), 201);
+  ASSERT_EQ(h_.shards().placed_on("hot"), 0u);
+  tcp::socket s(client_ioc_);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_));
+  const loop_reading saturated{0.95, 0}, idle{0, 0};
+  for (int n = 0; n < 4; ++n) ASSERT_EQ(produce(s, saturated, idle, n), 200);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(spreads(), 0u);
+  EXPECT_EQ(migrations(), 0u);
 }
 
 }  // namespace
