@@ -40,6 +40,7 @@ class consume_planner {
     }
     fence_ = g.fence;
     open_run_.assign(n, k_no_run);
+    lease_runs_.resize(n);
     const auto max = static_cast<std::uint64_t>(cmd.max_messages);
     want_ = max;
     // The consumer's own deadline: nothing is delivered at or after it.
@@ -48,13 +49,14 @@ class consume_planner {
       auto cap = static_cast<std::uint64_t>(t.rec.settings.max_inflight);
       want_ = std::min(want_, cap > g.stats.inflight ? cap - g.stats.inflight : 0);
     }
-    // A delivery record, an effect and an answer a message it may take, the
-    // cursors and the fence (nothing for a consume that finds nothing).
+    // At most a delivery record, an effect and an answer a message it may
+    // take, the cursors, the lease runs and the fence (nothing for a
+    // consume that finds nothing).
     std::uint64_t avail = 0;
     for (std::size_t p = 0; p < n; ++p)
       avail += g.parts[p].ready.size() + (t.parts[p].next - cursor_[p]);
     if (const auto expect = std::min(want_, avail); expect > 0) {
-      tx.reserve(expect + n + 1, expect + n + 1);
+      tx.reserve(expect + 2 * n + 1, expect + n + 1);
       out_.reserve(expect);
     }
   }
@@ -85,6 +87,7 @@ class consume_planner {
       put_cursor(tx_, t_, g_, p, cursor_[p]);
       tx_.then([g, p, c = cursor_[p]] { g->parts[p].cursor = c; });
     }
+    put_lease_runs();
     push_lease_timers();
     if (fence_ != g_.fence) {
       // In the batch of the deliveries that use them: a token is never
@@ -136,10 +139,10 @@ class consume_planner {
     if (!m.ok() || (retention > 0 && m->produced_at_ms + retention <= now_)) {
       // Deleted or expired: never delivered again, whatever the retention
       // run's pace.
-      if (auto it = ps.open.find(pos.offset); it != ps.open.end() && !it->second.okey.empty())
-        order_table::release(order_view(it->second.okey), pos);
-      tx_.batch().del(column::deliveries,
-                      st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+      const auto it = ps.open.find(pos.offset);
+      const open_delivery* od = it == ps.open.end() ? nullptr : &it->second;
+      if (od != nullptr && !od->okey.empty()) order_table::release(order_view(od->okey), pos);
+      end_delivery_record(tx_, t_, g_, pos, od, now_);
       tx_.then([&c = c_, t, g, pos, now = now_] { drop_open(c, *t, *g, pos, now); });
       return false;
     }
@@ -202,15 +205,10 @@ class consume_planner {
         // Auto-ack: a message whose key is committed is never delivered.
         // Under replay_window_ms its end is recorded, so that retention
         // keeps it for the window like an acked one.
-        const auto at = st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset);
         if (t_.rec.settings.replay_window_ms > 0) {
-          auto rec = d.record();
-          rec.state = st::delivery_state::acked;
-          rec.owner.clear();  // nobody's ack: a lapsed owner's late ack stays refused
-          rec.ended_at_ms = now_;
-          tx_.batch().put(column::deliveries, at, st::encode(rec));
+          put_ownerless_end(tx_, t_, g_, pos, d, now_);
         } else if (!fresh) {
-          tx_.batch().del(column::deliveries, at);
+          end_delivery_record(tx_, t_, g_, pos, &d, now_);
         }
         auto ev = history_event_at(st::history_kind::duplicate_auto_acked, now_, pos);
         ev.attempts = d.attempts;
@@ -234,7 +232,14 @@ class consume_planner {
     d.lease_deadline_ms = now_ + lease_ms_;
     d.not_before_ms = 0;
     d.fencing_token = ++fence_;
-    put_delivery(tx_, t_, g_, pos, d);
+    if (fresh && d.attempts == 1 && d.last_error.empty()) {
+      // A first lease: one record per partition for the whole consume.
+      auto& run = lease_runs_[pos.partition];
+      run.push_back({pos.offset, d.fencing_token});
+      d.run_first = run.front().offset;
+    } else {
+      put_delivery(tx_, t_, g_, pos, d);
+    }
     note_leased(pos);
     if (!d.scope.empty())
       note_history(tx_, t_, d.scope, key_ttl_of(t_, d),
@@ -271,9 +276,7 @@ class consume_planner {
   result<bool> superseded(position pos, const open_delivery& d, bool fresh) {
     auto newer = newer_with_key(c_, d.scope, pos, now_);
     if (!newer.ok() || !*newer) return newer;
-    if (!fresh)
-      tx_.batch().del(column::deliveries,
-                      st::keys::delivery(t_.rec.id, g_.id, pos.partition, pos.offset));
+    if (!fresh) end_delivery_record(tx_, t_, g_, pos, &d, now_);
     auto ev = history_event_at(st::history_kind::superseded, now_, pos);
     ev.attempts = d.attempts;
     ev.reason = "superseded";
@@ -318,6 +321,21 @@ class consume_planner {
     runs_.push_back(timer{now_ + lease_ms_, timer_kind::lease, t_.rec.id, g_.id, pos, pos.offset});
   }
 
+  // The first leases, a record per partition (storage::lease_run_record):
+  // a drained message costs one delivery record (its ack's), not two.
+  void put_lease_runs() {
+    for (std::uint32_t p = 0; p < lease_runs_.size(); ++p) {
+      auto& members = lease_runs_[p];
+      if (members.empty()) continue;
+      const auto first = members.front().offset;
+      const group_partition::run_span span{members.back().offset, members.size()};
+      tx_.batch().put(
+          column::deliveries, st::keys::lease_run(t_.rec.id, g_.id, p, first),
+          st::encode(st::lease_run_record{cmd_.owner, now_ + lease_ms_, std::move(members)}));
+      tx_.then([g = &g_, p, first, span] { g->parts[p].runs.emplace(first, span); });
+    }
+  }
+
   void push_lease_timers() {
     if (runs_.empty()) return;
     tx_.then([&c = c_, runs = std::move(runs_)] {
@@ -341,6 +359,8 @@ class consume_planner {
   static constexpr std::size_t k_no_run = static_cast<std::size_t>(-1);
   std::vector<timer> runs_;
   std::vector<std::size_t> open_run_;
+  // Per partition, the fresh messages this consume leased, in offset order.
+  std::vector<std::vector<st::lease_run_record::member>> lease_runs_;
   std::unordered_map<std::string, position, string_hash, std::equal_to<>>
       leased_;                                            // keys leased by this consume
   std::map<std::string, order_table::entry> order_view_;  // ordering keys it touched
@@ -535,10 +555,41 @@ topic& ensure_dlq_topic(core& c, const topic& t, txn& tx) {
   return c.topics.create(std::move(rec), tx);
 }
 
-void put_delivery(txn& tx, const topic& t, const group_state& g, position pos,
-                  const open_delivery& d) {
+void put_delivery_record(txn& tx, const topic& t, const group_state& g, position pos,
+                         const open_delivery& d) {
   tx.batch().put(column::deliveries, st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset),
                  st::encode(d.record()));
+}
+
+void put_delivery(txn& tx, const topic& t, group_state& g, position pos, open_delivery& d) {
+  put_delivery_record(tx, t, g, pos, d);
+  if (d.run_first == open_delivery::k_no_run) return;
+  // A record of its own from now on: its run no longer speaks for it.
+  tx.then(
+      [ps = &g.parts[pos.partition], first = std::exchange(d.run_first, open_delivery::k_no_run)] {
+        if (auto r = ps->runs.find(first); r != ps->runs.end() && --r->second.open == 0)
+          ps->runs.erase(r);
+      });
+}
+
+void put_ownerless_end(txn& tx, const topic& t, const group_state& g, position pos,
+                       const open_delivery& d, millis now) {
+  auto rec = d.record();
+  rec.state = st::delivery_state::acked;
+  rec.owner.clear();  // nobody's ack: a lapsed owner's late ack stays refused
+  rec.ended_at_ms = now;
+  tx.batch().put(column::deliveries, st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset),
+                 st::encode(rec));
+}
+
+void end_delivery_record(txn& tx, const topic& t, const group_state& g, position pos,
+                         const open_delivery* d, millis now) {
+  if (d != nullptr) {
+    put_ownerless_end(tx, t, g, pos, *d, now);
+  } else {
+    tx.batch().del(column::deliveries,
+                   st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset));
+  }
 }
 
 void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,

@@ -28,6 +28,8 @@ void group_state::close(position p) {
   auto it = ps.open.find(p.offset);
   if (it == ps.open.end()) return;
   if (it->second.state == st::delivery_state::leased && stats.inflight > 0) --stats.inflight;
+  if (auto r = ps.runs.find(it->second.run_first); r != ps.runs.end() && --r->second.open == 0)
+    ps.runs.erase(r);
   ps.ready.erase(p.offset);
   ps.open.erase(it);
 }
@@ -97,7 +99,15 @@ std::string group_state::describe() const {
       stats.stale_acks_rejected, stats.superseded);
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto& ps = parts[p];
-    out += fmt::format("   p{} cursor={} ready=[{}]\n", p, ps.cursor, fmt::join(ps.ready, ","));
+    out += fmt::format("   p{} cursor={} ready=[{}]", p, ps.cursor, fmt::join(ps.ready, ","));
+    if (!ps.runs.empty()) {
+      out += " runs=[";
+      for (const auto& [first, span] : ps.runs)
+        out += fmt::format("{}{}-{}/{}", first == ps.runs.begin()->first ? "" : ",", first,
+                           span.last, span.open);
+      out += "]";
+    }
+    out += "\n";
     for (const auto& [off, d] : ps.open)
       out += fmt::format(
           "    open {} state={} owner={} attempts={} lease={} nb={} err={} parked={} "

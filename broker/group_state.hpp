@@ -35,6 +35,12 @@ struct open_delivery {
   std::int64_t backoff_ms = -1;
   std::int64_t max_backoff_ms = -1;
   millis produced_at_ms = 0;
+  // The offset of the lease run that holds this message's first lease
+  // (storage::lease_run_record), k_no_run if none. Until the delivery has a
+  // record of its own, the run's is what a restart reads, so retention
+  // writes it one before it deletes the run (broker/retention.cpp).
+  static constexpr std::uint64_t k_no_run = ~std::uint64_t{0};
+  std::uint64_t run_first = k_no_run;
 
   storage::delivery_record record() const {
     return storage::delivery_record{state,         owner,      attempts,     lease_deadline_ms,
@@ -48,6 +54,13 @@ struct group_partition {
   std::uint64_t cursor = 0;                     // next offset this group has never seen
   std::map<std::uint64_t, open_delivery> open;  // offsets < cursor not acked
   std::set<std::uint64_t> ready;                // open, pending, due and not parked
+  // The lease runs with an open member whose keys retention has not
+  // deleted yet, by the offset of each one's first member (its key).
+  struct run_span {
+    std::uint64_t last = 0;  // its last member's offset
+    std::size_t open = 0;    // its members still open with run_first set
+  };
+  std::map<std::uint64_t, run_span> runs;
 
   // The lowest offset this group still needs (retention keeps it).
   std::uint64_t low_water() const {

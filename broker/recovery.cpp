@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 namespace onceq {
 
@@ -103,19 +104,79 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
   struct loaded {
     st::keys::delivery_key key;
     st::delivery_record rec;
+    std::uint64_t run_first = open_delivery::k_no_run;
   };
   std::vector<loaded> open;
+  // Lease runs: keys sort by group, partition and offset, a run's right
+  // after its first member's own record, and the runs of a partition never
+  // overlap. So one run is read at a time, and the scan marks the members
+  // it passes that have a record of their own; the others are the run's
+  // leases.
+  struct run_read {
+    st::keys::delivery_key key;  // offset: the first member's
+    st::lease_run_record rec;
+    std::vector<bool> own;
+    std::size_t next = 0;  // the first member the scan has not passed
+  };
+  std::optional<run_read> run;
+  // Each run's last member, by group, partition and first member.
+  std::map<std::tuple<st::group_id, std::uint32_t, std::uint64_t>, std::uint64_t> run_last;
+  std::optional<st::keys::delivery_key> last_own;  // the last record of a delivery's own
+  auto same_partition = [](const st::keys::delivery_key& a, const st::keys::delivery_key& b) {
+    return a.group == b.group && a.partition == b.partition;
+  };
+  auto finish_run = [&] {
+    if (!run) return;
+    const auto& k = run->key;
+    run_last[{k.group, k.partition, k.offset}] = run->rec.members.back().offset;
+    for (std::size_t i = 0; i < run->rec.members.size(); ++i) {
+      if (run->own[i]) continue;
+      const auto& m = run->rec.members[i];
+      st::delivery_record r;
+      r.state = st::delivery_state::leased;
+      r.owner = run->rec.owner;
+      r.attempts = 1;
+      r.lease_deadline_ms = run->rec.lease_deadline_ms;
+      r.fencing_token = m.fencing_token;
+      open.push_back(loaded{{k.topic, k.group, k.partition, m.offset}, std::move(r), k.offset});
+    }
+    run.reset();
+  };
   ONCEQ_TRY(scan_records(
       c.store, column::deliveries, st::keys::topic_begin(t.rec.id), st::keys::topic_end(t.rec.id),
       [&](std::string_view k, std::string_view v) -> result<void> {
+        if (st::keys::is_lease_run(k)) {
+          finish_run();
+          auto rk = st::keys::parse_lease_run(k);
+          if (!rk.ok()) return std::move(rk).err();
+          auto rr = st::decode_lease_run(v);
+          if (!rr.ok()) return std::move(rr).err();
+          if (rr->members.front().offset != rk->offset)
+            return make_error(errc::internal, "corrupt record: lease run");
+          const auto n = rr->members.size();
+          run = run_read{*rk, std::move(*rr), std::vector<bool>(n), 0};
+          run->own[0] =
+              last_own && same_partition(*last_own, *rk) && last_own->offset == rk->offset;
+          return {};
+        }
         auto dk = st::keys::parse_delivery(k);
         if (!dk.ok()) return std::move(dk).err();
+        if (run && (!same_partition(run->key, *dk) || dk->offset > run->rec.members.back().offset))
+          finish_run();
+        if (run) {
+          const auto& ms = run->rec.members;
+          while (run->next < ms.size() && ms[run->next].offset < dk->offset) ++run->next;
+          if (run->next < ms.size() && ms[run->next].offset == dk->offset)
+            run->own[run->next] = true;
+        }
+        last_own = *dk;
         auto dr = st::decode_delivery(v);
         if (!dr.ok()) return std::move(dr).err();
         if (dr->state == st::delivery_state::pending || dr->state == st::delivery_state::leased)
           open.push_back(loaded{*dk, std::move(*dr)});
         return {};
       }));
+  finish_run();
   // Ordering keys: per group and key, the open deliveries in position order.
   std::map<std::pair<group_state*, std::string>, std::vector<position>> ordered;
   std::vector<std::pair<group_state*, position>> loaded_at;
@@ -134,6 +195,7 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     d.not_before_ms = l.rec.not_before_ms;
     d.last_error = std::move(l.rec.last_error);
     d.fencing_token = l.rec.fencing_token;
+    d.run_first = l.run_first;
     d.fill_from(*m, m->idempotency_key.empty()
                         ? std::string()
                         : st::keys::idem_key(t.rec.id, g->id, m->tenant_id, m->idempotency_key));
@@ -164,6 +226,11 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
   }
   for (const auto& [g, pos] : loaded_at) {
     auto& d = *g->find(pos);
+    if (d.run_first != open_delivery::k_no_run) {
+      auto& span = g->parts[pos.partition].runs[d.run_first];
+      span.last = run_last[{g->id, pos.partition, d.run_first}];
+      ++span.open;
+    }
     if (d.state == st::delivery_state::leased) {
       ++g->stats.inflight;
       if (!d.scope.empty()) g->keys.lease(d.scope, pos);

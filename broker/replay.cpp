@@ -179,8 +179,8 @@ class replay_planner {
       }
       return out;
     }
-    // Ended: the record says how (none: auto-acked, superseded, or acked
-    // and its record gone with an older retention run).
+    // Ended: the record says how (ownerless or none: auto-acked, superseded,
+    // or acked and its record gone with an older retention run).
     auto v = c_.store.get(column::deliveries,
                           st::keys::delivery(t_.rec.id, g_.id, f.pos.partition, f.pos.offset));
     if (!v.ok() && v.code() != errc::not_found) return std::move(v).err();
@@ -204,7 +204,8 @@ class replay_planner {
         out.committed = committed_key{k->result_json, k->committed_at_ms, k->owner};
         return out;
       }
-      if (!rec && supersedes(t_)) {
+      // No record, or one that names no owner: nobody acked it.
+      if ((!rec || rec->owner.empty()) && supersedes(t_)) {
         auto newer = newer_with_key(c_, scope, f.pos, now_);
         if (!newer.ok()) return std::move(newer).err();
         if (*newer) {

@@ -23,6 +23,16 @@ void truncate(core& c, topic& t, std::uint32_t p, std::uint64_t upto, millis now
   tx.batch().del_range(column::messages, st::keys::message(t.rec.id, p, start),
                        st::keys::message(t.rec.id, p, upto));
   for (auto& [name, g] : t.groups) {
+    // A lease run keyed below upto goes with the range: its members at or
+    // past upto still in the run's lease get records of their own first.
+    const auto& ps = g->parts[p];
+    for (auto r = ps.runs.begin(); r != ps.runs.end() && r->first < upto; ++r) {
+      if (r->second.last < upto) continue;
+      for (auto o = ps.open.lower_bound(upto); o != ps.open.end() && o->first <= r->second.last;
+           ++o)
+        if (o->second.run_first == r->first)
+          put_delivery_record(tx, t, *g, position{p, o->first}, o->second);
+    }
     tx.batch().del_range(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, start),
                          st::keys::delivery(t.rec.id, g->id, p, upto));
     if (g->parts[p].cursor < upto) put_cursor(tx, t, *g, p, upto);
@@ -33,6 +43,7 @@ void truncate(core& c, topic& t, std::uint32_t p, std::uint64_t upto, millis now
       auto& ps = g->parts[p];
       while (!ps.open.empty() && ps.open.begin()->first < upto)
         drop_open(c, *tp, *g, position{p, ps.open.begin()->first}, now);
+      ps.runs.erase(ps.runs.begin(), ps.runs.lower_bound(upto));
       ps.cursor = std::max(ps.cursor, upto);
     }
     auto& lp = tp->parts[p];
@@ -58,6 +69,8 @@ std::uint64_t kept_from(core& c, const topic& t, std::uint32_t p, std::uint64_t 
     auto scanned = c.store.scan(column::deliveries, st::keys::delivery(t.rec.id, g->id, p, from),
                                 st::keys::delivery(t.rec.id, g->id, p, upto),
                                 [&](std::string_view k, std::string_view v) {
+                                  // A lease run: leases, which have not ended.
+                                  if (st::keys::is_lease_run(k)) return true;
                                   auto d = st::decode_delivery(v);
                                   auto dk = st::keys::parse_delivery(k);
                                   if (!d.ok() || !dk.ok()) {

@@ -19,6 +19,11 @@ constexpr std::uint8_t k_topic_version = 5;
 constexpr std::uint8_t k_delivery_version = 3;
 // Key records with the committing ack's produced list are version 3.
 constexpr std::uint8_t k_key_version = 3;
+constexpr std::uint8_t k_lease_run_version = 1;
+constexpr char k_lease_run_tag = '\x01';
+// More members than any consume hands out (max_batch is far below): a
+// larger count is a corrupt record, not an allocation to attempt.
+constexpr std::uint64_t k_lease_run_max = 1u << 20;
 constexpr std::uint8_t k_outbox_version = 1;
 
 // Big-endian words (keys sort numerically), written whole: into a key's
@@ -199,6 +204,15 @@ std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint6
   be64(be32(be32(be32(k, t), g), partition), offset);
   return std::string(k, sizeof k);
 }
+std::string lease_run(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset) {
+  char k[21];
+  be64(be32(be32(be32(k, t), g), partition), offset);
+  k[20] = k_lease_run_tag;
+  return std::string(k, sizeof k);
+}
+bool is_lease_run(std::string_view key) noexcept {
+  return key.size() == 21 && key[20] == k_lease_run_tag;
+}
 std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key) {
   char head[12];
   be32(be32(be32(head, t), g), static_cast<std::uint32_t>(tenant.size()));
@@ -261,6 +275,10 @@ result<delivery_key> parse_delivery(std::string_view key) {
   if (key.size() != 20) return corrupt("delivery key");
   return delivery_key{get_be32(key), get_be32(key.substr(4)), get_be32(key.substr(8)),
                       get_be64(key.substr(12))};
+}
+result<delivery_key> parse_lease_run(std::string_view key) {
+  if (!is_lease_run(key)) return corrupt("lease run key");
+  return parse_delivery(key.substr(0, 20));
 }
 result<cursor_key> parse_cursor(std::string_view key) {
   if (key.size() != 13 || key[0] != 'c') return corrupt("cursor key");
@@ -437,6 +455,47 @@ result<delivery_record> decode_delivery(std::string_view v) {
   if (version >= 3 && !r.svarint(d.ended_at_ms)) return corrupt("delivery");
   d.state = static_cast<delivery_state>(st);
   return d;
+}
+
+std::string encode(const lease_run_record& r) {
+  writer w(writer::versioned{k_lease_run_version},
+           3 * k_varint + r.owner.size() + r.members.size() * 4);
+  w.str(r.owner);
+  w.svarint(r.lease_deadline_ms);
+  w.varint(r.members.size());
+  // Offsets and tokens as steps from the one before: a byte or two each.
+  std::uint64_t off = 0, token = 0;
+  for (const auto& m : r.members) {
+    w.varint(m.offset - off);
+    w.varint(m.fencing_token - token);
+    off = m.offset;
+    token = m.fencing_token;
+  }
+  return w.take();
+}
+
+result<lease_run_record> decode_lease_run(std::string_view v) {
+  reader r(v);
+  lease_run_record run;
+  std::uint8_t version = 0;
+  std::uint64_t n = 0;
+  if (!(r.version_in(k_lease_run_version, k_lease_run_version, version) && r.str(run.owner) &&
+        r.svarint(run.lease_deadline_ms) && r.varint(n) && n > 0 && n <= k_lease_run_max))
+    return corrupt("lease run");
+  run.members.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, v.size())));
+  std::uint64_t off = 0, token = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t doff = 0, dtoken = 0;
+    if (!r.varint(doff) || !r.varint(dtoken)) return corrupt("lease run");
+    // Strictly ascending after the first; no wrap-around.
+    if (i > 0 && (doff == 0 || dtoken == 0)) return corrupt("lease run");
+    if (doff > ~off || dtoken > ~token) return corrupt("lease run");
+    off += doff;
+    token += dtoken;
+    run.members.push_back({off, token});
+  }
+  if (!r.at_end()) return corrupt("lease run");
+  return run;
 }
 
 std::string encode(const key_record& r) {

@@ -106,6 +106,25 @@ struct delivery_record {
   millis ended_at_ms = 0;
 };
 
+// The first leases that one consume made in one partition, in one record
+// (keys::lease_run) instead of a delivery_record each: every member is a
+// fresh message leased to owner until lease_deadline_ms with attempts 1,
+// each with its own fencing token. A member's own delivery_record, once
+// written (acked, expired, nacked, extended...), says more than the run:
+// recovery reads a member from the run only while it has none
+// (docs/DESIGN.md, "Lease runs").
+struct lease_run_record {
+  struct member {
+    std::uint64_t offset = 0;
+    std::uint64_t fencing_token = 0;
+    friend bool operator==(const member&, const member&) = default;
+  };
+  std::string owner;
+  millis lease_deadline_ms = 0;
+  std::vector<member> members;  // offsets and tokens both strictly ascending
+  friend bool operator==(const lease_run_record&, const lease_run_record&) = default;
+};
+
 enum class key_state : std::uint8_t { committed = 1, failed = 2 };
 
 // A message the ack that committed a key produced (a workflow step's next
@@ -236,6 +255,11 @@ std::string fence_prefix(topic_id t);
 std::string message(topic_id t, std::uint32_t partition, std::uint64_t offset);
 // deliveries
 std::string delivery(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset);
+// A lease run whose first member is at offset: the delivery key of that
+// offset and one more byte (0x01), so it sorts right after the member's
+// own record and before the next offset's.
+std::string lease_run(topic_id t, group_id g, std::uint32_t partition, std::uint64_t offset);
+bool is_lease_run(std::string_view key) noexcept;
 // keys
 std::string idem_key(topic_id t, group_id g, std::string_view tenant, std::string_view key);
 // Also in the keys space, apart from every idem_key because group ids start
@@ -271,6 +295,7 @@ struct delivery_key {
   std::uint64_t offset;
 };
 result<delivery_key> parse_delivery(std::string_view key);
+result<delivery_key> parse_lease_run(std::string_view key);  // offset: the first member's
 struct cursor_key {
   topic_id topic;
   group_id group;
@@ -286,6 +311,7 @@ std::string encode(const topic_record& r);
 std::string encode(const group_record& r);
 std::string encode(const message_record& r);
 std::string encode(const delivery_record& r);
+std::string encode(const lease_run_record& r);
 std::string encode(const key_record& r);
 std::string encode(const dedup_record& r);
 std::string encode(const latest_record& r);
@@ -297,6 +323,7 @@ result<topic_record> decode_topic(std::string_view v);
 result<group_record> decode_group(std::string_view v);
 result<message_record> decode_message(std::string_view v);
 result<delivery_record> decode_delivery(std::string_view v);
+result<lease_run_record> decode_lease_run(std::string_view v);
 result<key_record> decode_key(std::string_view v);
 result<dedup_record> decode_dedup(std::string_view v);
 result<latest_record> decode_latest(std::string_view v);

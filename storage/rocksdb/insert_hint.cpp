@@ -48,7 +48,9 @@ std::string range_begin_outside_hint(column c, std::string begin) {
   }
   begin[i - 1] = static_cast<char>(static_cast<unsigned char>(begin[i - 1]) - 1);
   for (std::size_t j = i; j < begin.size(); ++j) begin[j] = '\xff';
-  begin.push_back('\0');
+  // 0xff, not 0: a lease run's key (keys::lease_run) is a delivery key and
+  // 0x01, and the run of begin - 1 must stay outside [result, end).
+  begin.push_back('\xff');
   return begin;
 }
 

@@ -43,10 +43,11 @@ std::shared_ptr<const rocksdb::SliceTransform> insert_hint_extractor(column c);
 
 // A range delete's begin key for column c as it goes into the WriteBatch:
 // begin itself unless it has the hinted size; else the key of size + 1
-// that is begin - 1 (as a big-endian number) followed by a zero byte, or,
+// that is begin - 1 (as a big-endian number) followed by a 0xff byte, or,
 // for an all-zero begin, begin without its last byte. Either sorts before
-// begin and after every key of the hinted size below it: [result, end)
-// holds the same keys of that size as [begin, end).
+// begin and after every key below it of the hinted size or that size + 1
+// (a lease run's key, keys::lease_run): [result, end) holds the same keys
+// of those sizes as [begin, end).
 std::string range_begin_outside_hint(column c, std::string begin);
 
 }  // namespace onceq::storage

@@ -45,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto r = decode_group(in); r.ok()) round_trip(decode_group, *r);
   if (auto r = decode_message(in); r.ok()) round_trip(decode_message, *r);
   if (auto r = decode_delivery(in); r.ok()) round_trip(decode_delivery, *r);
+  if (auto r = decode_lease_run(in); r.ok()) round_trip(decode_lease_run, *r);
   if (auto r = decode_key(in); r.ok()) {
     round_trip(decode_key, *r);
     check(expires_at_of(in) == r->expires_at_ms);  // what the compaction filter reads

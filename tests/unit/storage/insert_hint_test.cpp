@@ -68,6 +68,8 @@ TEST(insert_hint, a_range_begin_leaves_the_domain_and_bounds_the_same_keys) {
       EXPECT_NE(r.size(), n);
       EXPECT_LT(r, b);               // b itself is in [r, end)
       EXPECT_LT(predecessor(b), r);  // the key of size n just below is not
+      // Nor the lease run keyed just below b (a delivery key and 0x01).
+      EXPECT_LT(predecessor(b) + '\x01', r);
     }
     // All zeros: nothing of size n is smaller; the shorter key bounds them all.
     const std::string zero(n, '\0');

@@ -189,6 +189,45 @@ TEST(schema, delivery_round_trip_every_state) {
   expect_rejects_truncations(encode(delivery_record{}), decode_delivery);
 }
 
+TEST(schema, lease_run_round_trip_and_key) {
+  lease_run_record run{
+      "worker-1", 1'700'000'030'000, {{7, 100}, {8, 101}, {12, 130}, {1u << 30, 131}}};
+  auto r = decode_lease_run(encode(run));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, run);
+  expect_rejects_truncations(encode(run), decode_lease_run);
+  std::string trailing = encode(run) + "x";
+  EXPECT_EQ(decode_lease_run(trailing).code(), errc::internal);
+
+  // The key: the first member's delivery key and 0x01, between that key
+  // and the next offset's.
+  const auto k = keys::lease_run(3, 4, 5, 7);
+  EXPECT_TRUE(keys::is_lease_run(k));
+  EXPECT_FALSE(keys::is_lease_run(keys::delivery(3, 4, 5, 7)));
+  EXPECT_LT(keys::delivery(3, 4, 5, 7), k);
+  EXPECT_LT(k, keys::delivery(3, 4, 5, 8));
+  auto dk = keys::parse_lease_run(k);
+  ASSERT_TRUE(dk.ok());
+  EXPECT_EQ(dk->group, 4u);
+  EXPECT_EQ(dk->partition, 5u);
+  EXPECT_EQ(dk->offset, 7u);
+  EXPECT_FALSE(keys::parse_delivery(k).ok());
+  EXPECT_FALSE(keys::parse_lease_run(keys::delivery(3, 4, 5, 7)).ok());
+}
+
+TEST(schema, lease_run_rejects_members_out_of_order_and_empty_runs) {
+  // Offsets or tokens that do not ascend, and a run of no member.
+  for (const auto& members : std::vector<std::vector<lease_run_record::member>>{
+           {{7, 100}, {7, 101}}, {{7, 100}, {8, 100}}, {}}) {
+    EXPECT_EQ(decode_lease_run(encode(lease_run_record{"w", 1, members})).code(), errc::internal);
+  }
+  // A count no consume hands out is refused before anything is reserved.
+  std::string huge = encode(lease_run_record{"w", 1, {{1, 1}}});
+  huge[4] = '\xff';  // version, owner (2), deadline (1): the count's first byte
+  huge.insert(5, "\xff\xff\x7f");
+  EXPECT_EQ(decode_lease_run(huge).code(), errc::internal);
+}
+
 TEST(schema, delivery_rejects_unknown_state) {
   std::string v = encode(delivery_record{});
   v[1] = 4;  // [0] is the format version, [1] the state
@@ -259,6 +298,7 @@ TEST(schema, garbage_is_an_error_not_a_crash) {
     EXPECT_FALSE(decode_group(in).ok());
     EXPECT_FALSE(decode_message(in).ok());
     EXPECT_FALSE(decode_delivery(in).ok());
+    EXPECT_FALSE(decode_lease_run(in).ok());
     EXPECT_FALSE(decode_key(in).ok());
     EXPECT_FALSE(decode_dedup(in).ok());
   }
