@@ -322,7 +322,8 @@ class consume_planner {
   }
 
   // The first leases, a record per partition (storage::lease_run_record):
-  // a drained message costs one delivery record (its ack's), not two.
+  // a drained message costs one delivery record (its ack's), not two, and
+  // none when its key's record says it all (broker::ack_batch).
   void put_lease_runs() {
     for (std::uint32_t p = 0; p < lease_runs_.size(); ++p) {
       auto& members = lease_runs_[p];

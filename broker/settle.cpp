@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -52,13 +53,11 @@ group_state* loc_group(core& c, const ack_batch_cmd& cmd) {
   return t == nullptr ? nullptr : t->find_group(cmd.group);
 }
 
-// What the ack that committed the key of the message at pos produced, if
-// the key is committed by that delivery (fencing_token) and says.
-result<std::optional<std::vector<step_produced>>> produced_by(core& c, const topic& t,
-                                                              const group_state& g, position pos,
-                                                              std::uint64_t fencing_token,
-                                                              millis now) {
-  using answer = std::optional<std::vector<step_produced>>;
+// The committed record of the key of the message at pos, if a delivery of
+// that message committed it; none if the message is gone or has no key.
+result<std::optional<st::key_record>> committed_here(core& c, const topic& t, const group_state& g,
+                                                     position pos, millis now) {
+  using answer = std::optional<st::key_record>;
   auto m = t.parts[pos.partition].read(c.store, pos.offset);
   if (!m.ok()) return m.code() == errc::not_found ? result<answer>(answer{}) : std::move(m).err();
   const auto scope = scope_of(t, g, *m);
@@ -66,9 +65,39 @@ result<std::optional<std::vector<step_produced>>> produced_by(core& c, const top
   auto k = key_table::live(c.store, scope, now);
   if (!k.ok()) return k.code() == errc::not_found ? result<answer>(answer{}) : std::move(k).err();
   if (k->state != st::key_state::committed || k->partition != pos.partition ||
-      k->offset != pos.offset || k->fencing_token != fencing_token)
+      k->offset != pos.offset)
     return answer{};
-  return answer{step_produced_of(k->produced)};
+  return answer{std::move(*k)};
+}
+
+// What the ack that committed the key of the message at pos produced, if
+// the key is committed by that delivery (fencing_token) and says.
+result<std::optional<std::vector<step_produced>>> produced_by(core& c, const topic& t,
+                                                              const group_state& g, position pos,
+                                                              std::uint64_t fencing_token,
+                                                              millis now) {
+  using answer = std::optional<std::vector<step_produced>>;
+  auto k = committed_here(c, t, g, pos, now);
+  if (!k.ok()) return std::move(k).err();
+  if (!*k || (*k)->fencing_token != fencing_token) return answer{};
+  return answer{step_produced_of((*k)->produced)};
+}
+
+// The key record that shows owner acked the delivery at pos (with a's
+// fences), where no delivery record was kept: a keyed first lease acked
+// with the last of its lease run leaves only its key record, which names
+// the same owner, attempts and fencing token (docs/DESIGN.md, "Lease
+// runs").
+result<std::optional<st::key_record>> acked_by_key(core& c, const topic& t, const group_state& g,
+                                                   position pos, const std::string& owner,
+                                                   const ack_item& a, millis now) {
+  auto k = committed_here(c, t, g, pos, now);
+  if (!k.ok() || !*k) return k;
+  const auto& kr = **k;
+  if (kr.owner != owner || (a.attempts && *a.attempts != kr.attempts) ||
+      (a.fencing_token && *a.fencing_token != kr.fencing_token))
+    return std::optional<st::key_record>{};
+  return k;
 }
 
 }  // namespace
@@ -105,11 +134,23 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   // Views of the open deliveries' scopes: the group's deliveries change
   // only when the txn commits, after the last look.
   small_set<std::string_view> committed(cmd.acks.size());
+  // The acked records of keyed first leases, by lease run (partition, first
+  // member): if this batch acks every member its run still speaks for,
+  // their key records say what those records would, and the run goes
+  // instead (docs/DESIGN.md, "Lease runs").
+  struct run_ack {
+    position pos;
+    std::string record;
+  };
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<run_ack>> run_acks;
+  topic* run_t = nullptr;
+  group_state* run_g = nullptr;
   for (const auto& a : cmd.acks) {
     ack_outcome o{a.partition, a.offset, errc::ok, {}, {}};
     delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
                      a.offset,  a.attempts, a.fencing_token};
     const auto sp = tx.mark();
+    std::optional<std::pair<std::uint64_t, run_ack>> in_run;  // set by an ack that succeeds
     auto one = [&]() -> result<void> {
       auto loc = locate(c, ref, tx);
       if (!loc.ok()) return std::move(loc).err();
@@ -122,6 +163,14 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
         auto v = c.store.get(column::deliveries,
                              st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset));
         if (!v.ok() && v.code() != errc::not_found) return std::move(v).err();
+        if (!v.ok() && !acked.contains(pos)) {
+          auto k = acked_by_key(c, *t, *g, pos, cmd.owner, a, now);
+          if (!k.ok()) return std::move(k).err();
+          if (*k) {
+            if (!a.produce.empty()) o.produced = step_produced_of((*k)->produced);
+            return {};
+          }
+        }
         if (v.ok()) {
           auto d = st::decode_delivery(*v);
           if (d.ok() && d->state == st::delivery_state::acked && d->owner == cmd.owner &&
@@ -192,9 +241,16 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       auto rec = d.record();
       rec.state = st::delivery_state::acked;
       rec.ended_at_ms = now;
-      tx.batch().put(column::deliveries,
-                     st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
-                     st::encode(rec));
+      if (!d.scope.empty() && d.run_first != open_delivery::k_no_run &&
+          t->rec.settings.replay_window_ms == 0) {
+        in_run.emplace(d.run_first, run_ack{pos, st::encode(rec)});
+        run_t = t;
+        run_g = g;
+      } else {
+        tx.batch().put(column::deliveries,
+                       st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
+                       st::encode(rec));
+      }
       acked.insert(pos);
       tx.then([&c, t, g, pos, scope = d.scope, now]() mutable {
         ++g->stats.acked;
@@ -227,8 +283,22 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       o.code = r.code();
       o.message = r.err().message;
       o.produced.reset();
+    } else if (in_run) {
+      run_acks[{in_run->second.pos.partition, in_run->first}].push_back(std::move(in_run->second));
     }
     out.push_back(std::move(o));
+  }
+  for (auto& [at, acks] : run_acks) {
+    const auto& runs = run_g->parts[at.first].runs;
+    if (auto r = runs.find(at.second); r != runs.end() && r->second.open == acks.size()) {
+      tx.batch().del(column::deliveries,
+                     st::keys::lease_run(run_t->rec.id, run_g->id, at.first, at.second));
+      continue;
+    }
+    for (auto& k : acks)
+      tx.batch().put(column::deliveries,
+                     st::keys::delivery(run_t->rec.id, run_g->id, k.pos.partition, k.pos.offset),
+                     std::move(k.record));
   }
   ONCEQ_TRY(tx.commit(c.store));
   return out;

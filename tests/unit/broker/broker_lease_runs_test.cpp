@@ -27,6 +27,19 @@ class LeaseRunsTest : public BrokerTest {
   }
   std::size_t own_records() { return store_.count(st::column::deliveries) - runs(); }
 
+  // Acks every one of ds in one batch; the outcomes' codes.
+  std::vector<errc> ack_all(const std::vector<delivery>& ds, const std::string& owner) {
+    ack_batch_cmd cmd{"t", "g", owner, {}};
+    for (const auto& d : ds)
+      cmd.acks.push_back(ack_item{d.partition, d.offset, d.attempts, {}, d.fencing_token, {}});
+    auto r = b().ack_batch(cmd);
+    EXPECT_TRUE(r.ok());
+    std::vector<errc> codes;
+    if (r.ok())
+      for (const auto& o : *r) codes.push_back(o.code);
+    return codes;
+  }
+
   result<void> ack_fenced(const delivery& d, const std::string& owner) {
     auto r = b().ack(ack_cmd{
         delivery_ref{d.topic, "g", owner, d.partition, d.offset, d.attempts, d.fencing_token},
@@ -143,6 +156,63 @@ TEST_F(LeaseRunsTest, retention_through_a_run_keeps_its_later_members_leases) {
   EXPECT_EQ(stats("t", "g").inflight, 3u);
   for (int i = 3; i < 6; ++i) EXPECT_TRUE(ack_fenced(got[i], "a").ok()) << i;
   EXPECT_EQ(stats("t", "g").inflight, 0u);
+}
+
+// A batch that acks every member its run still speaks for, each with a key,
+// leaves their key records and deletes the run: the key record names the
+// owner, attempts and token that a repeated ack is checked against.
+TEST_F(LeaseRunsTest, acking_the_rest_of_a_keyed_run_deletes_it_and_keeps_acks_repeatable) {
+  create("t");
+  for (int i = 0; i < 4; ++i) produce("t", "v" + std::to_string(i), "k" + std::to_string(i));
+  auto got = consume("t", "g", "a", 4, 30'000);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(4, errc::ok));
+  EXPECT_EQ(runs(), 0u);
+  EXPECT_EQ(own_records(), 0u);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(key("t", "g", "k" + std::to_string(i)).st, key_info::state::committed);
+  auto repeat = [&] {
+    EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(4, errc::ok));  // a repeat: no-op
+    EXPECT_EQ(ack_fenced(got[1], "b").code(), errc::failed_precondition);
+    auto wrong = got[2];
+    wrong.fencing_token += 100;
+    EXPECT_EQ(ack_fenced(wrong, "a").code(), errc::failed_precondition);
+  };
+  repeat();
+  EXPECT_EQ(stats("t", "g").acked, 4u);
+  restart();
+  EXPECT_EQ(stats("t", "g").inflight, 0u);
+  EXPECT_TRUE(consume("t", "g", "b", 4, 30'000).empty());
+  repeat();
+}
+
+TEST_F(LeaseRunsTest, acking_part_of_a_run_or_unkeyed_members_keeps_their_records) {
+  create("t");
+  for (int i = 0; i < 4; ++i) produce("t", "v" + std::to_string(i), "k" + std::to_string(i));
+  produce("t", "no key");
+  auto got = consume("t", "g", "a", 5, 30'000);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(ack_all({got[0], got[1]}, "a"), std::vector<errc>(2, errc::ok));
+  EXPECT_EQ(own_records(), 2u);  // the run still speaks for 2, 3 and 4
+  // The rest, with the unkeyed one: its record is needed, so all are kept.
+  EXPECT_EQ(ack_all({got[2], got[3], got[4]}, "a"), std::vector<errc>(3, errc::ok));
+  EXPECT_EQ(own_records(), 5u);
+  EXPECT_EQ(runs(), 1u);
+  restart();
+  EXPECT_EQ(stats("t", "g").inflight, 0u);
+  EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(5, errc::ok));
+}
+
+TEST_F(LeaseRunsTest, under_a_replay_window_acked_records_are_kept_for_retention) {
+  topic_settings s;
+  s.replay_window_ms = 60'000;
+  create("t", 1, s);
+  for (int i = 0; i < 3; ++i) produce("t", "v" + std::to_string(i), "k" + std::to_string(i));
+  auto got = consume("t", "g", "a", 3, 30'000);
+  EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(3, errc::ok));
+  EXPECT_EQ(own_records(), 3u);  // their ends, which retention keeps the messages by
+  advance(2'000);
+  EXPECT_EQ(store_.count(st::column::messages), 3u);
 }
 
 // The broker remembers a run only while one of its members is open: a
