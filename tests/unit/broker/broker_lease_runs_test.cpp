@@ -215,6 +215,47 @@ TEST_F(LeaseRunsTest, under_a_replay_window_acked_records_are_kept_for_retention
   EXPECT_EQ(store_.count(st::column::messages), 3u);
 }
 
+// A data dir written before lease runs holds a leased record per first
+// lease: the same state, read the way every redelivery's always was.
+TEST_F(LeaseRunsTest, a_data_dir_from_before_lease_runs_is_read_unchanged) {
+  create("t");
+  for (int i = 0; i < 3; ++i) produce("t", "v" + std::to_string(i), "k" + std::to_string(i));
+  auto got = consume("t", "g", "a", 3, 30'000);
+  ASSERT_EQ(got.size(), 3u);
+  // Rewrite the run as an earlier build stored it: one record each.
+  st::batch legacy;
+  std::string run_key;
+  ASSERT_TRUE(store_
+                  .scan(st::column::deliveries, "", std::string(32, '\xff'),
+                        [&](std::string_view k, std::string_view) {
+                          if (st::keys::is_lease_run(k)) run_key = std::string(k);
+                          return true;
+                        })
+                  .ok());
+  ASSERT_FALSE(run_key.empty());
+  const auto gk = st::keys::parse_lease_run(run_key);
+  ASSERT_TRUE(gk.ok());
+  legacy.del(st::column::deliveries, run_key);
+  for (const auto& d : got) {
+    st::delivery_record r{
+        st::delivery_state::leased, "a", 1, d.lease_expires_at_ms, 0, "", d.fencing_token};
+    legacy.put(st::column::deliveries, st::keys::delivery(gk->topic, gk->group, 0, d.offset),
+               st::encode(r));
+  }
+  ASSERT_TRUE(store_.write(legacy).ok());
+  EXPECT_EQ(runs(), 0u);
+
+  restart();
+  EXPECT_EQ(stats("t", "g").inflight, 3u);
+  EXPECT_EQ(b().describe_state().find("runs="), std::string::npos);
+  EXPECT_EQ(ack_fenced(got[0], "b").code(), errc::failed_precondition);
+  EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(3, errc::ok));
+  EXPECT_EQ(own_records(), 3u);  // acked records: no run to delete
+  restart();
+  EXPECT_EQ(stats("t", "g").inflight, 0u);
+  EXPECT_EQ(ack_all(got, "a"), std::vector<errc>(3, errc::ok));  // repeats
+}
+
 // The broker remembers a run only while one of its members is open: a
 // message left unacked (a poison message retried for days) keeps its own
 // run, not every run after it.
