@@ -180,6 +180,36 @@ TEST_F(IdempotencyTest, AMissingSourceIsA400UnlessOptional) {
   EXPECT_TRUE(produce_cmd_of("u", {json_msg("not json")}).ok());
 }
 
+// Errors name the message they are about: "message" alone, "messages[i]"
+// in a batch (formatted only when there is an error to name).
+TEST_F(IdempotencyTest, ErrorsNameTheMessageOfABatch) {
+  topic_settings s;
+  s.idempotency_key_fields = {"value.order.id"};
+  create("t", 1, s);
+  auto one = produce_cmd_of("t", {json_msg(R"({"order":{}})")});
+  ASSERT_EQ(one.code(), errc::invalid_argument);
+  EXPECT_EQ(one.err().message, "message: idempotency key source 'value.order.id' is missing");
+  auto two = produce_cmd_of("t", {json_msg(R"({"order":{"id":1}})"), json_msg(R"({"order":{}})")});
+  ASSERT_EQ(two.code(), errc::invalid_argument);
+  EXPECT_EQ(two.err().message, "messages[1]: idempotency key source 'value.order.id' is missing");
+  auto bad = json_msg(R"({"order":{"id":2}})");
+  bad.partition_override = 3;
+  auto three = produce_cmd_of("t", {json_msg(R"({"order":{"id":1}})"), bad});
+  ASSERT_EQ(three.code(), errc::invalid_argument);
+  EXPECT_EQ(three.err().message, "messages[1].envelope.partition_override must be between 0 and 0");
+  bad.partition_override.reset();
+  bad.value.clear();
+  auto single = produce_cmd_of("t", {bad});
+  EXPECT_EQ(single.err().message, "value must be a non-empty string");
+  create("u");
+  produce_cmd cmd{"u", {msg("a"), msg("b", "kb")}, {}, {}};
+  cmd.skip_if_committed = {"g"};
+  auto skip = b().produce(cmd);
+  ASSERT_EQ(skip.code(), errc::invalid_argument);
+  EXPECT_EQ(skip.err().message, "messages[0]: skip_if_committed needs an idempotency key");
+  EXPECT_EQ(b().get_topic("t")->produced + b().get_topic("u")->produced, 0u);
+}
+
 TEST_F(IdempotencyTest, LongDerivedKeysAreHashed) {
   topic_settings s;
   s.idempotency_key_fields = {"value.v"};
