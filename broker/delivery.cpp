@@ -142,7 +142,8 @@ class consume_planner {
       const auto it = ps.open.find(pos.offset);
       const open_delivery* od = it == ps.open.end() ? nullptr : &it->second;
       if (od != nullptr && !od->okey.empty()) order_table::release(order_view(od->okey), pos);
-      end_delivery_record(tx_, t_, g_, pos, od, now_);
+      // A fresh offset (no open delivery) has no record to end.
+      if (od != nullptr) put_ownerless_end(tx_, t_, g_, pos, *od, now_);
       tx_.then([&c = c_, t, g, pos, now = now_] { drop_open(c, *t, *g, pos, now); });
       return false;
     }
@@ -205,11 +206,8 @@ class consume_planner {
         // Auto-ack: a message whose key is committed is never delivered.
         // Under replay_window_ms its end is recorded, so that retention
         // keeps it for the window like an acked one.
-        if (t_.rec.settings.replay_window_ms > 0) {
+        if (t_.rec.settings.replay_window_ms > 0 || !fresh)
           put_ownerless_end(tx_, t_, g_, pos, d, now_);
-        } else if (!fresh) {
-          end_delivery_record(tx_, t_, g_, pos, &d, now_);
-        }
         auto ev = history_event_at(st::history_kind::duplicate_auto_acked, now_, pos);
         ev.attempts = d.attempts;
         ev.fencing_token = k->fencing_token;  // the delivery's that committed the key
@@ -276,7 +274,7 @@ class consume_planner {
   result<bool> superseded(position pos, const open_delivery& d, bool fresh) {
     auto newer = newer_with_key(c_, d.scope, pos, now_);
     if (!newer.ok() || !*newer) return newer;
-    if (!fresh) end_delivery_record(tx_, t_, g_, pos, &d, now_);
+    if (!fresh) put_ownerless_end(tx_, t_, g_, pos, d, now_);
     auto ev = history_event_at(st::history_kind::superseded, now_, pos);
     ev.attempts = d.attempts;
     ev.reason = "superseded";
@@ -566,11 +564,8 @@ void put_delivery(txn& tx, const topic& t, group_state& g, position pos, open_de
   put_delivery_record(tx, t, g, pos, d);
   if (d.run_first == open_delivery::k_no_run) return;
   // A record of its own from now on: its run no longer speaks for it.
-  tx.then(
-      [ps = &g.parts[pos.partition], first = std::exchange(d.run_first, open_delivery::k_no_run)] {
-        if (auto r = ps->runs.find(first); r != ps->runs.end() && --r->second.open == 0)
-          ps->runs.erase(r);
-      });
+  tx.then([ps = &g.parts[pos.partition],
+           first = std::exchange(d.run_first, open_delivery::k_no_run)] { ps->leave_run(first); });
 }
 
 void put_ownerless_end(txn& tx, const topic& t, const group_state& g, position pos,
@@ -581,16 +576,6 @@ void put_ownerless_end(txn& tx, const topic& t, const group_state& g, position p
   rec.ended_at_ms = now;
   tx.batch().put(column::deliveries, st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset),
                  st::encode(rec));
-}
-
-void end_delivery_record(txn& tx, const topic& t, const group_state& g, position pos,
-                         const open_delivery* d, millis now) {
-  if (d != nullptr) {
-    put_ownerless_end(tx, t, g, pos, *d, now);
-  } else {
-    tx.batch().del(column::deliveries,
-                   st::keys::delivery(t.rec.id, g.id, pos.partition, pos.offset));
-  }
 }
 
 void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,

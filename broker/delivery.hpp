@@ -80,18 +80,14 @@ void put_delivery_record(txn& tx, const topic& t, const group_state& g, position
 // described it, it has a record of its own from now on, so d leaves the
 // run (run_first cleared here, the run's count when tx commits).
 void put_delivery(txn& tx, const topic& t, group_state& g, position pos, open_delivery& d);
-// Ends the delivery at pos, whose state is d, with an acked record that
-// names no owner (auto-acked, superseded or gone): a repeated ack by its
-// last owner is refused, and retention can see when it ended.
+// Ends the open delivery at pos, whose state is d, without an owner's ack
+// (its message gone, its key committed by another delivery, superseded,
+// or auto-acked under replay_window_ms): an acked record that names no
+// owner, so a repeated ack by its last owner is refused and retention sees
+// when it ended. Never a delete: a lease run may list its first lease,
+// which a restart would read again (storage::lease_run_record).
 void put_ownerless_end(txn& tx, const topic& t, const group_state& g, position pos,
                        const open_delivery& d, millis now);
-// The delivery at pos ended without an owner's ack (its message gone, its
-// key committed by another delivery, superseded); d is its open delivery,
-// nullptr if none (nothing was stored). An open one ends with an ownerless
-// acked record, never by deleting its record: a lease run may list its
-// first lease, which a restart would read again (storage::lease_run_record).
-void end_delivery_record(txn& tx, const topic& t, const group_state& g, position pos,
-                         const open_delivery* d, millis now);
 void put_cursor(txn& tx, const topic& t, const group_state& g, std::uint32_t p,
                 std::uint64_t cursor);
 

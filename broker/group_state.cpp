@@ -28,8 +28,7 @@ void group_state::close(position p) {
   auto it = ps.open.find(p.offset);
   if (it == ps.open.end()) return;
   if (it->second.state == st::delivery_state::leased && stats.inflight > 0) --stats.inflight;
-  if (auto r = ps.runs.find(it->second.run_first); r != ps.runs.end() && --r->second.open == 0)
-    ps.runs.erase(r);
+  ps.leave_run(it->second.run_first);
   ps.ready.erase(p.offset);
   ps.open.erase(it);
 }

@@ -61,6 +61,12 @@ struct group_partition {
     std::size_t open = 0;    // its members still open with run_first set
   };
   std::map<std::uint64_t, run_span> runs;
+  // An open delivery that run first spoke for no longer needs it (it has a
+  // record of its own, or it closed); k_no_run: none.
+  void leave_run(std::uint64_t first) {
+    if (first == open_delivery::k_no_run) return;
+    if (auto r = runs.find(first); r != runs.end() && --r->second.open == 0) runs.erase(r);
+  }
 
   // The lowest offset this group still needs (retention keeps it).
   std::uint64_t low_water() const {

@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <tuple>
 
 namespace onceq {
 
@@ -105,6 +104,7 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     st::keys::delivery_key key;
     st::delivery_record rec;
     std::uint64_t run_first = open_delivery::k_no_run;
+    std::uint64_t run_last = 0;  // the run's last member (run_first set)
   };
   std::vector<loaded> open;
   // Lease runs: keys sort by group, partition and offset, a run's right
@@ -119,8 +119,6 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     std::size_t next = 0;  // the first member the scan has not passed
   };
   std::optional<run_read> run;
-  // Each run's last member, by group, partition and first member.
-  std::map<std::tuple<st::group_id, std::uint32_t, std::uint64_t>, std::uint64_t> run_last;
   std::optional<st::keys::delivery_key> last_own;  // the last record of a delivery's own
   auto same_partition = [](const st::keys::delivery_key& a, const st::keys::delivery_key& b) {
     return a.group == b.group && a.partition == b.partition;
@@ -128,7 +126,6 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
   auto finish_run = [&] {
     if (!run) return;
     const auto& k = run->key;
-    run_last[{k.group, k.partition, k.offset}] = run->rec.members.back().offset;
     for (std::size_t i = 0; i < run->rec.members.size(); ++i) {
       if (run->own[i]) continue;
       const auto& m = run->rec.members[i];
@@ -138,7 +135,10 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
       r.attempts = 1;
       r.lease_deadline_ms = run->rec.lease_deadline_ms;
       r.fencing_token = m.fencing_token;
-      open.push_back(loaded{{k.topic, k.group, k.partition, m.offset}, std::move(r), k.offset});
+      open.push_back(loaded{{k.topic, k.group, k.partition, m.offset},
+                            std::move(r),
+                            k.offset,
+                            run->rec.members.back().offset});
     }
     run.reset();
   };
@@ -196,6 +196,11 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
     d.last_error = std::move(l.rec.last_error);
     d.fencing_token = l.rec.fencing_token;
     d.run_first = l.run_first;
+    if (l.run_first != open_delivery::k_no_run) {
+      auto& span = g->parts[pos.partition].runs[l.run_first];
+      span.last = l.run_last;
+      ++span.open;
+    }
     d.fill_from(*m, m->idempotency_key.empty()
                         ? std::string()
                         : st::keys::idem_key(t.rec.id, g->id, m->tenant_id, m->idempotency_key));
@@ -226,11 +231,6 @@ result<void> recover_deliveries(core& c, topic& t, millis now) {
   }
   for (const auto& [g, pos] : loaded_at) {
     auto& d = *g->find(pos);
-    if (d.run_first != open_delivery::k_no_run) {
-      auto& span = g->parts[pos.partition].runs[d.run_first];
-      span.last = run_last[{g->id, pos.partition, d.run_first}];
-      ++span.open;
-    }
     if (d.state == st::delivery_state::leased) {
       ++g->stats.inflight;
       if (!d.scope.empty()) g->keys.lease(d.scope, pos);

@@ -135,22 +135,20 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
   // only when the txn commits, after the last look.
   small_set<std::string_view> committed(cmd.acks.size());
   // The acked records of keyed first leases, by lease run (partition, first
-  // member): if this batch acks every member its run still speaks for,
-  // their key records say what those records would, and the run goes
-  // instead (docs/DESIGN.md, "Lease runs").
+  // member), not encoded yet: if this batch acks every member its run still
+  // speaks for, their key records say what those records would, and the
+  // run goes instead (docs/DESIGN.md, "Lease runs").
   struct run_ack {
-    position pos;
-    std::string record;
+    std::uint64_t offset;
+    st::delivery_record record;
   };
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<run_ack>> run_acks;
-  topic* run_t = nullptr;
-  group_state* run_g = nullptr;
   for (const auto& a : cmd.acks) {
     ack_outcome o{a.partition, a.offset, errc::ok, {}, {}};
     delivery_ref ref{cmd.topic, cmd.group,  cmd.owner,      a.partition,
                      a.offset,  a.attempts, a.fencing_token};
     const auto sp = tx.mark();
-    std::optional<std::pair<std::uint64_t, run_ack>> in_run;  // set by an ack that succeeds
+    std::optional<std::pair<std::uint64_t, run_ack>> in_run;  // (run, its ack) if it succeeds
     auto one = [&]() -> result<void> {
       auto loc = locate(c, ref, tx);
       if (!loc.ok()) return std::move(loc).err();
@@ -243,9 +241,7 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       rec.ended_at_ms = now;
       if (!d.scope.empty() && d.run_first != open_delivery::k_no_run &&
           t->rec.settings.replay_window_ms == 0) {
-        in_run.emplace(d.run_first, run_ack{pos, st::encode(rec)});
-        run_t = t;
-        run_g = g;
+        in_run.emplace(d.run_first, run_ack{pos.offset, std::move(rec)});
       } else {
         tx.batch().put(column::deliveries,
                        st::keys::delivery(t->rec.id, g->id, pos.partition, pos.offset),
@@ -284,21 +280,23 @@ result<std::vector<ack_outcome>> broker::ack_batch(const ack_batch_cmd& cmd) {
       o.message = r.err().message;
       o.produced.reset();
     } else if (in_run) {
-      run_acks[{in_run->second.pos.partition, in_run->first}].push_back(std::move(in_run->second));
+      run_acks[{a.partition, in_run->first}].push_back(std::move(in_run->second));
     }
     out.push_back(std::move(o));
   }
-  for (auto& [at, acks] : run_acks) {
-    const auto& runs = run_g->parts[at.first].runs;
-    if (auto r = runs.find(at.second); r != runs.end() && r->second.open == acks.size()) {
-      tx.batch().del(column::deliveries,
-                     st::keys::lease_run(run_t->rec.id, run_g->id, at.first, at.second));
+  // Only acks that located the batch's topic and group got here.
+  const topic* t = run_acks.empty() ? nullptr : c.topics.find(cmd.topic);
+  const group_state* g = t == nullptr ? nullptr : t->find_group(cmd.group);
+  for (const auto& [at, acks] : run_acks) {
+    const auto& [p, first] = at;
+    const auto& runs = g->parts[p].runs;
+    if (auto r = runs.find(first); r != runs.end() && r->second.open == acks.size()) {
+      tx.batch().del(column::deliveries, st::keys::lease_run(t->rec.id, g->id, p, first));
       continue;
     }
-    for (auto& k : acks)
-      tx.batch().put(column::deliveries,
-                     st::keys::delivery(run_t->rec.id, run_g->id, k.pos.partition, k.pos.offset),
-                     std::move(k.record));
+    for (const auto& k : acks)
+      tx.batch().put(column::deliveries, st::keys::delivery(t->rec.id, g->id, p, k.offset),
+                     st::encode(k.record));
   }
   ONCEQ_TRY(tx.commit(c.store));
   return out;

@@ -127,6 +127,13 @@ TEST_F(LeaseRunsTest, a_superseded_redelivery_of_a_run_member_stays_ended_after_
 
   // Deleting the old one's record would leave its run's lease to be read
   // back: a restart would find it leased to a, and a's ack would commit k.
+  // Its ownerless record reads like none to replay: superseded, not acked.
+  replay_cmd dry{"t", "g", {}, {}, 0, 1, 0, true, 1000, {}};
+  auto r = b().replay(dry);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->messages.size(), 1u);
+  EXPECT_EQ(r->messages[0].outcome, replay_outcome::superseded);
+
   restart();
   EXPECT_EQ(stats("t", "g").inflight, 1u);  // b's
   EXPECT_EQ(ack_fenced(got[0], "a").code(), errc::failed_precondition);
