@@ -302,6 +302,31 @@ TEST(write_batch_rep, the_same_bytes_as_write_batch_makes) {
   }
 }
 
+// apply_order sorts by (family, key) and keeps the ops on one key in the
+// order they were added: the last one is the one that counts.
+TEST(write_batch_rep, apply_order_keeps_the_ops_on_a_key_in_their_order) {
+  batch b;
+  std::uint32_t seed = 7;
+  for (int i = 0; i < 300; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    const auto col = static_cast<column>((seed >> 16) % k_column_count);
+    const std::string key(1 + (seed >> 20) % 3, static_cast<char>('a' + (seed >> 24) % 4));
+    b.put(col, key, std::to_string(i));
+  }
+  const auto order = apply_order(b);
+  ASSERT_EQ(order.size(), b.size());
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const auto& x = *order[i - 1];
+    const auto& y = *order[i];
+    ASSERT_LE(x.col, y.col) << i;
+    if (x.col != y.col) continue;
+    ASSERT_LE(x.key, y.key) << i;
+    if (x.key == y.key) {
+      EXPECT_LT(std::stoi(x.value), std::stoi(y.value)) << i;
+    }
+  }
+}
+
 TEST_F(rocksdb_store_test, multi_get_answers_each_key_in_order) {
   open();
   put(column::dedup, "a", "1");
