@@ -33,12 +33,9 @@ std::vector<const batch::op*> apply_order(const batch& b) {
     sortable = sortable && op.k != batch::kind::del_range;
   }
   if (sortable && order.size() > 2) {
-    // Stable by the ops' places in the batch (the pointers' order), so
-    // std::sort, without the temporary buffer stable_sort allocates.
-    std::sort(order.begin(), order.end(), [](const batch::op* x, const batch::op* y) {
+    std::stable_sort(order.begin(), order.end(), [](const batch::op* x, const batch::op* y) {
       if (x->col != y->col) return x->col < y->col;
-      if (const int c = x->key.compare(y->key); c != 0) return c < 0;
-      return x < y;
+      return x->key < y->key;
     });
   }
   return order;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -346,6 +347,23 @@ TEST_F(rocksdb_store_test, multi_get_answers_each_key_in_order) {
   got = store_->multi_get(column::dedup, {"a", "b"});
   EXPECT_EQ(*got[0], "1");
   EXPECT_EQ(*got[1], "2");
+}
+
+// Flushes and compactions write back their files a MiB at a time, waiting
+// for the last MiB first, so that WAL syncs never queue behind a whole SST
+// (db_open.cpp; docs/BENCHMARKS.md, "The aged tail"). Read back from the
+// OPTIONS file RocksDB writes for the database it opened.
+TEST_F(rocksdb_store_test, flushes_write_back_their_files_a_mib_at_a_time) {
+  open();
+  std::string text;
+  for (const auto& e : fs::directory_iterator(options().data_dir)) {
+    if (e.path().filename().string().rfind("OPTIONS-", 0) != 0) continue;
+    std::ifstream in(e.path());
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_FALSE(text.empty());
+  EXPECT_NE(text.find("\n  bytes_per_sync=1048576\n"), std::string::npos);
+  EXPECT_NE(text.find("\n  strict_bytes_per_sync=true\n"), std::string::npos);
 }
 
 TEST_F(rocksdb_store_test, an_empty_batch_is_fine) {
