@@ -80,6 +80,10 @@ class apply_path {
   // Loop, the iteration's last step (and drain's): the durability of what
   // the iteration wrote.
   virtual void flush() = 0;
+  // Loop, between the iteration's handlers: flush() now if the disk waits
+  // for work, so that the sync of what the iteration wrote so far overlaps
+  // the rest of it. Default: nothing (the iteration's end flushes).
+  virtual void flush_if_disk_idle() {}
   // Loop: the latest time the loop may sleep to (the path's deadlines).
   virtual std::chrono::steady_clock::time_point wake_by(
       std::chrono::steady_clock::time_point now) const = 0;

@@ -42,6 +42,7 @@ class local_path final : public apply_path {
   void after_durable(durable_fn fn) override;
   void end_iteration() override;
   void flush() override;
+  void flush_if_disk_idle() override;
   std::chrono::steady_clock::time_point wake_by(
       std::chrono::steady_clock::time_point now) const override;
   storage::store_health health() const override { return store_.health(); }
@@ -114,6 +115,8 @@ class local_path final : public apply_path {
   // when_durable (and so one sync) for all of them, consumes woken by the
   // iteration's produces included.
   std::vector<durable_fn> round_;
+  // When the round's first answer joined it (flush_if_disk_idle).
+  std::chrono::steady_clock::time_point round_began_{};
   std::chrono::steady_clock::time_point next_resume_{};
   bool needs_recover_ = false;
 };

@@ -94,6 +94,14 @@ class store {
   // writes (a shard's loop), at the end of its iteration.
   virtual void sync_pending() {}
 
+  // Whether a when_durable callback registered now would start a sync at
+  // once: the store syncs on its own thread and that thread has nothing to
+  // do. A writer then hands over what it wrote so far instead of at the end
+  // of its iteration, so that the sync overlaps the rest of its work. Any
+  // thread; never blocks. Default: no (callbacks run at once, or on the
+  // caller in sync_pending()).
+  virtual bool sync_idle() const { return false; }
+
   // Whether writes are accepted now, and why not. Any thread; never blocks
   // on the disk.
   virtual store_health health() const { return {}; }

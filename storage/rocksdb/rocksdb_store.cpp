@@ -194,6 +194,10 @@ void rocksdb_store::sync_pending() {
   p_->syncer_.sync_pending();
 }
 
+bool rocksdb_store::sync_idle() const {
+  return p_->syncer_.idle();
+}
+
 std::uint64_t rocksdb_store::disk_bytes() const {
   // SST files plus WAL files (*.log; RocksDB's info log is "LOG", no suffix).
   std::uint64_t total = 0;

@@ -70,6 +70,7 @@ class rocksdb_store final : public store {
   // With sync_on_caller: one SyncWAL for every callback registered so far,
   // then runs them, on the caller's thread. Otherwise nothing.
   void sync_pending() override;
+  bool sync_idle() const override;
   store_health health() const override;
   // In place: Resume, then a flush of every column family (so that writes
   // whose sync failed are durable in SST files) and a WAL sync to prove the

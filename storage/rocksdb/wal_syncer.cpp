@@ -20,6 +20,7 @@ void wal_syncer::stop() {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
+    busy_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -95,6 +96,7 @@ void wal_syncer::when_durable(callback done) {
   {
     std::lock_guard lk(mu_);
     pending_.push_back(std::move(done));
+    busy_.store(true, std::memory_order_release);
   }
   if (!opts_.sync_on_caller) cv_.notify_one();
 }
@@ -120,6 +122,7 @@ void wal_syncer::run() {
   std::unique_lock lk(mu_);
   while (!stop_) {
     if (opts_.fsync.kind == fsync_policy::mode::always) {
+      if (pending_.empty()) busy_.store(false, std::memory_order_release);
       cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
       if (pending_.empty()) continue;  // stopping; stop() drains
       // Everything registered while the previous sync ran shares this one.

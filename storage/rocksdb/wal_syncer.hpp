@@ -57,6 +57,9 @@ class wal_syncer {
   // With sync_on_caller: one sync for every callback registered so far,
   // then runs them, on the caller's thread. Otherwise nothing.
   void sync_pending();
+  // Whether the syncer thread waits for work (fsync always on its own
+  // thread): no callback queued, no sync running. Any thread.
+  bool idle() const noexcept { return !busy_.load(std::memory_order_acquire); }
 
   // The lock the syncer holds around its use of the database.
   std::mutex& db_mutex() { return db_mu_; }
@@ -86,6 +89,10 @@ class wal_syncer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<callback> pending_;
+  // Not idle(): set when a callback is queued and while there is no syncer
+  // thread waiting (before start, after stop, under interval); cleared by
+  // the thread (fsync always) when it waits with nothing queued.
+  std::atomic<bool> busy_{true};
   bool stop_ = false;
   std::thread thread_;
 

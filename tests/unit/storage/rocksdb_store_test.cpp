@@ -1216,6 +1216,40 @@ TEST_F(rocksdb_store_test,
   EXPECT_EQ(store_->syncs(), before + 1);
 }
 
+// sync_idle(): a syncer thread with nothing to do. It is not idle from a
+// when_durable until that callback ran; a store without a syncer thread
+// (sync_on_caller, interval) never is.
+TEST_F(rocksdb_store_test, sync_idle_while_the_syncer_thread_waits_for_work) {
+  const auto eventually_idle = [this] {
+    for (int i = 0; i < 500 && !store_->sync_idle(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return store_->sync_idle();
+  };
+  open();  // fsync always, on the syncer thread
+  ASSERT_TRUE(eventually_idle());
+  put(column::messages, "k", "v");
+  std::promise<void> entered, go_on;
+  auto go = go_on.get_future();
+  store_->when_durable([&](result<void> r) {
+    EXPECT_TRUE(r.ok());
+    entered.set_value();
+    go.wait();  // the syncer runs this callback: it is busy until it returns
+  });
+  entered.get_future().wait();
+  EXPECT_FALSE(store_->sync_idle());
+  go_on.set_value();
+  EXPECT_TRUE(eventually_idle());
+
+  auto o = options();
+  o.sync_on_caller = true;
+  open_with(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(store_->sync_idle());
+  open(fsync_policy{fsync_policy::mode::interval, std::chrono::milliseconds{5}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(store_->sync_idle());
+}
+
 // ---- write stalls: counted, then waited for -----------------------------
 
 TEST_F(rocksdb_store_test, a_stalled_write_is_counted_waits_for_the_flush_and_loses_nothing) {
