@@ -236,7 +236,8 @@ void render_shard_metrics(std::string& out, const std::vector<shard_gauges>& sha
          "on their third run, or while stopping).",
          [](g s) { return s.loop_disk_reads; });
   family("onceq_shard_loop_iterations_total", "counter",
-         "Iterations of the shard's event loop (each ends with at most one WAL sync).",
+         "Iterations of the shard's event loop (each ends with at most one WAL sync; a "
+         "long one may hand its first commands to an idle syncer before).",
          [](g s) { return s.iterations; });
   family("onceq_shard_outbox_depth", "gauge",
          "Messages acks on the shard produced into topics of other shards, not taken by "

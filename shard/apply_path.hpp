@@ -8,7 +8,8 @@
 //
 //   local_path (shard/local_path.hpp): the broker is the loop's own.
 //     Apply at once on the loop (reads from memory, the disk on the reader
-//     thread), answer after the loop's one sync per iteration.
+//     thread), answer after the loop's one sync per iteration (or two,
+//     when a long iteration hands its first commands to an idle syncer).
 //   replicated_path (shard/replicated_path.hpp): the broker is a replica's,
 //     on the thread that applies the shard's Raft log (shard_log.hpp).
 //     Propose, apply on commit, answer with what the apply returned.

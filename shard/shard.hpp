@@ -15,7 +15,8 @@
 // out is the shard's apply path (shard/apply_path.hpp), picked once at
 // construction:
 //  - a single node (no shard_log): local_path, the loop's own broker;
-//    commands run at once, answers wait for one WAL sync per iteration;
+//    commands run at once, answers wait for one WAL sync per iteration
+//    (a long one's first commands may go to an idle syncer sooner);
 //    while the store refuses writes (disk full, EIO), writes answer
 //    errc::unavailable, reads keep working, and the loop asks the store to
 //    resume every 500 ms (rebuilding the broker after a reopen);
