@@ -467,7 +467,7 @@ TEST_F(ShardLoopTest, ManyCheapAnswersShareTheIterationsSyncEvenWithAnIdleDisk) 
   // end (handed over at the pause, it would take two syncs).
   store_.set_idle(true);
   const int before = on_loop([&] { return store_.calls(); });
-  const int n = 40;
+  static constexpr int n = 40;
   std::atomic<int> answered{0};
   std::promise<void> all;
   std::chrono::steady_clock::duration busy{};  // loop only: the produces' time
@@ -479,7 +479,7 @@ TEST_F(ShardLoopTest, ManyCheapAnswersShareTheIterationsSyncEvenWithAnIdleDisk) 
       boost::asio::post(shard_.context(), [&, i] {
         const auto began = std::chrono::steady_clock::now();
         shard_.execute<produce_reply>(produce_fn("s" + std::to_string(i)),
-                                      [&answered, &all, n](result<produce_reply> r) {
+                                      [&answered, &all](result<produce_reply> r) {
                                         EXPECT_TRUE(r.ok());
                                         if (answered.fetch_add(1) == n - 1) all.set_value();
                                       });
