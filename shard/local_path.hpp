@@ -6,7 +6,8 @@
 // thread (disk_reader.hpp) has read the disk into the block cache. Writes
 // go into the store unsynced; at the end of the iteration one when_durable
 // covers everything it wrote (with --wal-sync loop the loop syncs the WAL
-// itself, store::sync_pending) and releases the answers. The end of an
+// itself, store::sync_pending) and releases the answers. A long iteration
+// may hand its first answers to an idle syncer sooner (flush_if_disk_idle). The end of an
 // iteration also fires the broker's timers and wakes the consumers and
 // key waiters its writes concern. While the store refuses writes, it asks
 // the store to resume every 500 ms and rebuilds the broker after a reopen.
@@ -113,7 +114,8 @@ class local_path final : public apply_path {
   // Loop only.
   // Answers waiting for the iteration's writes to be durable: one
   // when_durable (and so one sync) for all of them, consumes woken by the
-  // iteration's produces included.
+  // iteration's produces included, unless flush_if_disk_idle hands the
+  // first of them over before the iteration ends.
   std::vector<durable_fn> round_;
   // When the round's first answer joined it (flush_if_disk_idle).
   std::chrono::steady_clock::time_point round_began_{};
