@@ -31,7 +31,11 @@
 #include <string_view>
 #include <vector>
 
+#include "probe_args.hpp"
+
 namespace {
+
+using onceq::bench::failed;
 
 enum class way { grow, fallocate, zeroed };
 
@@ -48,10 +52,6 @@ struct outcome {
   double p99_us = 0;
   std::string error;  // the failed call and its errno text; empty on success
 };
-
-std::string failed(const char* call) {
-  return std::string(call) + ": " + std::strerror(errno);
-}
 
 // Mean and p99 microseconds of one append + fdatasync.
 outcome probe(const std::string& path, way w, int appends, std::size_t bytes, std::size_t k_chunk) {
@@ -99,14 +99,6 @@ outcome probe(const std::string& path, way w, int appends, std::size_t bytes, st
   return out;
 }
 
-// A whole positive decimal, or nothing.
-std::optional<long> positive(std::string_view s) {
-  long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v <= 0) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,16 +106,9 @@ int main(int argc, char** argv) {
       "usage: onceq-fsync-probe [DIR] [APPENDS] [CHUNK_KIB] [BYTES...]  (/tmp 2000 256 4096 "
       "32768)\n";
   const std::string dir = argc > 1 ? argv[1] : "/tmp";
-  std::vector<long> nums;
-  for (int i = 2; i < argc; ++i) {
-    auto v = positive(argv[i]);
-    if (!v) {
-      std::fprintf(stderr, "onceq-fsync-probe: '%s' is not a positive whole number\n%s", argv[i],
-                   k_usage);
-      return 2;
-    }
-    nums.push_back(*v);
-  }
+  const auto parsed = onceq::bench::positive_args(argc, argv, 2, "onceq-fsync-probe", k_usage);
+  if (!parsed) return 2;
+  const std::vector<long>& nums = *parsed;
   const int appends =
       nums.size() > 0 ? static_cast<int>(std::clamp<long>(nums[0], 10, 1000000)) : 2000;
   const std::size_t chunk =

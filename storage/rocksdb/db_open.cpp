@@ -107,9 +107,10 @@ rocksdb::Options make_db_options(const storage_options& opts, const db_shared& s
   // time and wait for the previous MiB before the next (strict), instead of
   // leaving a whole SST dirty until its final fsync. Otherwise that fsync
   // puts tens of MB in the disk's queue at once and a WAL sync waits
-  // behind it: at worst 14-16 ms while a 32 MB file is written on this
-  // project's machine, 7-8 ms with the wait, 0.3-0.6 ms on average
-  // (docs/BENCHMARKS.md, "The aged tail: WAL syncs behind SST writes").
+  // behind it: at worst 15 ms while a 32 MB file is written on this
+  // project's machine, 8-12 ms with plain bytes_per_sync, about 1 ms with
+  // the wait (bench/neighbour_probe.cpp; docs/BENCHMARKS.md, "Fifteenth
+  // round").
   o.bytes_per_sync = 1 << 20;
   o.strict_bytes_per_sync = true;
   // A WAL file is deleted only when every column family with data in it
