@@ -69,7 +69,11 @@ struct sync_sample {
 class wal_player {
  public:
   explicit wal_player(std::string path) : path_(std::move(path)) {}
-  ~wal_player() { ::unlink(path_.c_str()); }
+  ~wal_player() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
   wal_player(const wal_player&) = delete;
   wal_player& operator=(const wal_player&) = delete;
 
