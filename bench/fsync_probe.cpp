@@ -20,15 +20,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "probe_args.hpp"
@@ -56,7 +51,7 @@ struct outcome {
 // Mean and p99 microseconds of one append + fdatasync.
 outcome probe(const std::string& path, way w, int appends, std::size_t bytes, std::size_t k_chunk) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return {0, 0, failed(("open " + path).c_str())};
+  if (fd < 0) return {0, 0, failed("open " + path)};
   const std::vector<char> data(bytes, 'x');
   const std::vector<char> zeros(k_chunk, 0);
   const auto total = static_cast<off_t>(bytes) * appends;

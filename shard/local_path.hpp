@@ -7,9 +7,9 @@
 // go into the store unsynced; at the end of the iteration one when_durable
 // covers everything it wrote (with --wal-sync loop the loop syncs the WAL
 // itself, store::sync_pending) and releases the answers. A long iteration
-// may hand its first answers to an idle syncer sooner (flush_if_disk_idle). The end of an
-// iteration also fires the broker's timers and wakes the consumers and
-// key waiters its writes concern. While the store refuses writes, it asks
+// may hand its first answers to an idle syncer sooner (flush_if_disk_idle).
+// The end of an iteration also fires the broker's timers and wakes the
+// consumers and key waiters its writes concern. While the store refuses writes, it asks
 // the store to resume every 500 ms and rebuilds the broker after a reopen.
 //
 // Thread safety: write, read, the first consume and key check from any
