@@ -49,7 +49,15 @@ result<void> partition_log::read_ahead(st::store& store, std::uint64_t from, mes
                             });
   if (!scanned.ok()) {
     ahead.clear();  // read() falls back to point lookups
-    if (scanned.code() == errc::would_block) return scanned;
+    if (scanned.code() == errc::would_block) {
+      std::uint64_t soon = std::min(next, from + k_warm_ahead);
+      if (tail_base > from) soon = std::min(soon, tail_base);
+      if (soon > upto) {
+        store.read_soon(st::column::messages, st::keys::message(topic, index, upto),
+                        st::keys::message(topic, index, soon), k_read_ahead_bytes);
+      }
+      return scanned;
+    }
   } else if (end < upto) {
     ahead.resize(end - from);  // the next consume reads on from end
   }

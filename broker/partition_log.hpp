@@ -52,7 +52,10 @@ struct partition_log {
   // except errc::would_block (the store reads from memory only and the scan
   // needs the disk), which is returned: the command is run again once the
   // range is read, and a scan of it then costs less than one lookup per
-  // message.
+  // message. With errc::would_block it also names the messages after the
+  // run, up to k_warm_ahead from off, for the store to read with it
+  // (store::read_soon): a consumer behind the message cache reads on in
+  // order, and its next read-aheads then find them in memory.
   result<void> read_ahead(storage::store& store, std::uint64_t from, message_count want);
 
   // Value + envelope bytes of the stored messages in [from, upto).
@@ -64,6 +67,11 @@ struct partition_log {
   static constexpr std::uint64_t k_read_ahead_min = 128;
   static constexpr std::uint64_t k_read_ahead_max = 1000;
   static constexpr std::size_t k_read_ahead_bytes = 512u << 10;
+  // After a read-ahead that needed the disk, the store reads the messages
+  // up to this many from its first into memory, at most k_read_ahead_bytes
+  // of them past the run: a drain from the disk then costs one trip to the
+  // shard's reader thread per 1024 messages instead of one per run.
+  static constexpr std::uint64_t k_warm_ahead = 1024;
 };
 
 // The bytes a message counts against max_backlog_bytes.

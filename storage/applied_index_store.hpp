@@ -64,6 +64,10 @@ class applied_index_store final : public store {
   std::uint64_t write_stalls() const override { return inner_.write_stalls(); }
   void memory_reads(bool on) override { inner_.memory_reads(on); }
   read_misses take_read_misses() override { return inner_.take_read_misses(); }
+  void read_soon(column c, std::string_view begin, std::string_view end,
+                 std::size_t max_bytes) override {
+    inner_.read_soon(c, begin, end, max_bytes);
+  }
   void warm(const read_misses& m) override { inner_.warm(m); }
 
  private:

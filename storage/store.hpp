@@ -28,6 +28,9 @@ struct read_misses {
     column col;
     std::string begin, end;  // [begin, end)
     bool from_end = false;   // last_key: the range's end is what is read
+    // At most this many bytes of values are read (0: warm's own bound);
+    // a range from read_soon has one.
+    std::size_t max_bytes = 0;
   };
   std::vector<std::pair<column, std::string>> keys;  // get, multi_get
   std::vector<range> ranges;                         // scan, last_key
@@ -136,6 +139,15 @@ class store {
   // The reads that answered errc::would_block since memory_reads(true)
   // (each command's misses are its own).
   virtual read_misses take_read_misses() { return {}; }
+  // A range the caller will read next, named after a read that answered
+  // errc::would_block: warm() reads it into memory with the misses, at most
+  // max_bytes of its values (a consumer behind the message cache reads on
+  // in order, and each trip to the reader thread costs a second run of its
+  // command). Only while memory_reads is on. Default: nothing.
+  virtual void read_soon(column c, std::string_view begin, std::string_view end,
+                         std::size_t max_bytes) {
+    (void)c, (void)begin, (void)end, (void)max_bytes;
+  }
   // Reads m from the disk into memory, so that the same reads from memory
   // then succeed (unless evicted meanwhile). The one call that may run on
   // another thread (the shard's reader) while the loop uses the store; it

@@ -237,6 +237,11 @@ read_misses rocksdb_store::take_read_misses() {
   return p_->reader_.take_misses();
 }
 
+void rocksdb_store::read_soon(column c, std::string_view begin, std::string_view end,
+                              std::size_t max_bytes) {
+  p_->reader_.read_soon(c, begin, end, max_bytes);
+}
+
 void rocksdb_store::warm(const read_misses& m) {
   p_->reader_.warm(m);
 }

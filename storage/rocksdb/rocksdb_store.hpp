@@ -85,6 +85,8 @@ class rocksdb_store final : public store {
   std::uint64_t write_stalls() const override;
   void memory_reads(bool on) override;
   read_misses take_read_misses() override;
+  void read_soon(column c, std::string_view begin, std::string_view end,
+                 std::size_t max_bytes) override;
   // Each missed key read with a Get, each missed range scanned (up to 4096
   // keys or 8 MiB), through the block cache; under a lock that resume()'s
   // reopen takes too, never the syncer's.

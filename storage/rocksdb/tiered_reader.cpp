@@ -1,5 +1,6 @@
 #include "storage/rocksdb/tiered_reader.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -118,6 +119,12 @@ void tiered_reader::memory_reads(bool on) {
   }
 }
 
+void tiered_reader::read_soon(column c, std::string_view begin, std::string_view end,
+                              std::size_t max_bytes) {
+  if (!memory_reads_ || begin >= end) return;
+  misses_.ranges.push_back({c, std::string(begin), std::string(end), false, max_bytes});
+}
+
 read_misses tiered_reader::take_misses() {
   return std::exchange(misses_, {});
 }
@@ -140,12 +147,14 @@ void tiered_reader::warm(const read_misses& m) {
       std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(bounded, db_.cf(r.col)));
       std::size_t keys = 0;
       std::size_t bytes = 0;
+      const std::size_t max_bytes =
+          r.max_bytes > 0 ? std::min(r.max_bytes, k_max_bytes) : k_max_bytes;
       if (r.from_end) {
         it->SeekForPrev(upper);
         for (; it->Valid() && keys < 2; it->Prev()) ++keys;
         continue;
       }
-      for (it->Seek(lower); it->Valid() && keys < k_max_keys && bytes < k_max_bytes; it->Next()) {
+      for (it->Seek(lower); it->Valid() && keys < k_max_keys && bytes < max_bytes; it->Next()) {
         ++keys;
         bytes += it->value().size();
       }

@@ -33,8 +33,10 @@ class tiered_reader {
 
   void memory_reads(bool on);
   read_misses take_misses();
+  // Kept with the misses (while memory_reads is on): warm() scans it too.
+  void read_soon(column c, std::string_view begin, std::string_view end, std::size_t max_bytes);
   // Each missed key read with a Get, each missed range scanned (up to 4096
-  // keys or 8 MiB), through the block cache.
+  // keys or 8 MiB, or the range's own max_bytes), through the block cache.
   void warm(const read_misses& m);
 
  private:

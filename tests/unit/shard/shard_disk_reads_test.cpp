@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "storage/memory_store.hpp"
+#include "storage/rocksdb/rocksdb_store.hpp"
 
 namespace onceq {
 namespace {
@@ -250,6 +252,74 @@ TEST_F(ShardDiskReadsTest, ACommandWaitingOnTheReaderIsAnsweredWhenTheShardStops
   // Answered either way: from the disk on the loop, or before the stop.
   ASSERT_TRUE(r.ok()) << r.err().message;
   EXPECT_EQ(r->size(), 3u);
+}
+
+// The same with RocksDB, its block cache cold: a backlog in SST files,
+// drained 100 at a time. Each read-ahead run (128 messages here) that needs
+// the disk also has the reader read the messages after it, up to
+// partition_log::k_warm_ahead from its first, so the drain goes to the
+// reader once per 1024 messages, not once per run (30 trips here without
+// it).
+TEST(ShardDiskReadsRocksdbTest, ADrainFromTheDiskGoesToTheReaderOncePerThousandMessages) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "onceq-shard-reads-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  manual_clock clock;
+  st::storage_options o;
+  o.data_dir = (fs::path(dir) / "data").string();
+  o.block_cache_bytes = 8 << 20;
+  o.write_buffer_bytes = 4 << 20;
+  o.time = &clock;
+  constexpr int k_messages = 3000;
+  {
+    auto opened = st::rocksdb_store::open(o);
+    ASSERT_TRUE(opened.ok()) << opened.err().message;
+    auto& store = **opened;
+    broker b(store, clock, nullptr);
+    ASSERT_TRUE(b.recover().ok());
+    ASSERT_TRUE(b.create_topic({"t", 1, {}}).ok());
+    for (int i = 0; i < k_messages; i += 100) {
+      produce_cmd cmd{"t", {}, {}, {}};
+      for (int j = 0; j < 100; ++j) {
+        message_in m;
+        m.value = std::string(200, 'v') + std::to_string(i + j);
+        cmd.messages.push_back(std::move(m));
+      }
+      ASSERT_TRUE(b.produce(cmd).ok());
+    }
+    ASSERT_TRUE(store.compact_all().ok());  // in SST files; the next open's cache is empty
+  }
+  {
+    auto opened = st::rocksdb_store::open(o);
+    ASSERT_TRUE(opened.ok()) << opened.err().message;
+    auto& store = **opened;
+    broker b(store, clock, nullptr);
+    ASSERT_TRUE(b.recover().ok());
+    shard sh(0, b, store, clock);
+    sh.start();
+    std::size_t drained = 0;
+    for (;;) {
+      std::promise<result<std::vector<delivery>>> p;
+      sh.consume(consume_cmd{"t", "g", "o", {}, 100, {}}, 0,
+                 [&p](result<std::vector<delivery>> r) { p.set_value(std::move(r)); });
+      auto r = p.get_future().get();
+      ASSERT_TRUE(r.ok()) << r.err().message;
+      if (r->empty()) break;
+      for (const auto& d : *r) {
+        ASSERT_EQ(d.offset, drained);
+        ASSERT_EQ(d.value, std::string(200, 'v') + std::to_string(drained));
+        ++drained;
+      }
+    }
+    EXPECT_EQ(drained, static_cast<std::size_t>(k_messages));
+    EXPECT_GE(sh.disk_reads(), 3u);  // the backlog was on disk
+    EXPECT_LE(sh.disk_reads(), 6u);
+    EXPECT_EQ(sh.loop_disk_reads(), 0u);
+    sh.stop();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace

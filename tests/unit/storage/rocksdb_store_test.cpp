@@ -779,6 +779,47 @@ TEST_F(rocksdb_store_test, memory_reads_answer_would_block_until_the_misses_are_
   EXPECT_TRUE(store_->take_read_misses().empty());
 }
 
+// A range named by read_soon is warmed with the misses, up to its byte
+// bound; it is kept only while reads come from memory.
+TEST_F(rocksdb_store_test, read_soon_is_warmed_with_the_misses_up_to_its_bytes) {
+  open();
+  const std::string value(100, 'v');
+  for (int i = 0; i < 2000; ++i) put(column::messages, keys::message(1, 0, i), value);
+  ASSERT_TRUE(store_->compact_all().ok());
+  reopen();
+  auto scan_from_memory = [&](int from, int upto) {
+    std::size_t seen = 0;
+    auto r = store_->scan(column::messages, keys::message(1, 0, from), keys::message(1, 0, upto),
+                          [&](std::string_view, std::string_view) { return ++seen, true; });
+    return r.ok() ? result<std::size_t>(seen) : result<std::size_t>(std::move(r).err());
+  };
+
+  // Reads that may wait for the disk keep nothing.
+  store_->read_soon(column::messages, keys::message(1, 0, 0), keys::message(1, 0, 10), 1000);
+  EXPECT_TRUE(store_->take_read_misses().empty());
+
+  store_->memory_reads(true);
+  EXPECT_EQ(scan_from_memory(0, 10).code(), errc::would_block);
+  // An empty range is nothing to read.
+  store_->read_soon(column::messages, keys::message(1, 0, 10), keys::message(1, 0, 10), 1000);
+  store_->read_soon(column::messages, keys::message(1, 0, 10), keys::message(1, 0, 2000), 5000);
+  const read_misses misses = store_->take_read_misses();
+  ASSERT_EQ(misses.ranges.size(), 2u);
+  EXPECT_EQ(misses.ranges[1].begin, keys::message(1, 0, 10));
+  EXPECT_EQ(misses.ranges[1].end, keys::message(1, 0, 2000));
+  EXPECT_EQ(misses.ranges[1].max_bytes, 5000u);
+  EXPECT_EQ(scan_from_memory(10, 11).code(), errc::would_block);  // not read yet
+  store_->take_read_misses();
+
+  std::thread([&] { store_->warm(misses); }).join();
+  // The missed range and the first 5000 bytes after it come from memory.
+  EXPECT_EQ(*scan_from_memory(0, 10), 10u);
+  EXPECT_EQ(*scan_from_memory(10, 60), 50u);
+  // The rest of the named range was not read: 190 KB at 100 bytes a value.
+  EXPECT_EQ(scan_from_memory(1900, 2000).code(), errc::would_block);
+  store_->memory_reads(false);
+}
+
 TEST_F(rocksdb_store_test, a_second_open_of_the_same_dir_is_refused) {
   open();
   auto second = rocksdb_store::open(options());
