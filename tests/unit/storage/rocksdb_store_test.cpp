@@ -809,7 +809,7 @@ TEST_F(rocksdb_store_test, read_soon_is_warmed_with_the_misses_up_to_its_bytes) 
   EXPECT_EQ(misses.ranges[1].end, keys::message(1, 0, 2000));
   EXPECT_EQ(misses.ranges[1].max_bytes, 5000u);
   EXPECT_EQ(scan_from_memory(10, 11).code(), errc::would_block);  // not read yet
-  store_->take_read_misses();
+  store_->take_read_misses();  // that scan's own miss: not warmed
 
   std::thread([&] { store_->warm(misses); }).join();
   // The missed range and the first 5000 bytes after it come from memory.
