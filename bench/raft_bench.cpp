@@ -6,10 +6,13 @@
 // to its reply, i.e. appended, fsynced on a majority and applied on the
 // leader), how many entries each raft_apply carried (group commit), and the
 // process's CPU per entry (all nodes together: every replica's append,
-// fsync and apply).
+// fsync and apply). Then it stops one follower and starts it again on
+// its log, and prints how long raft_node::start took: raft loads every
+// open segment whole, so that time grows with --segment-mib.
 //
 //   onceq-raft-bench [--nodes 3] [--proposals 20000] [--in-flight 64] [--bytes 300]
-//                    [--heartbeat-ms 100] [--snapshot-every 1024] [--dir /tmp]
+//                    [--heartbeat-ms 100] [--snapshot-every 1024] [--segment-mib 64]
+//                    [--dir /tmp]
 //
 // Talks only to 127.0.0.1; removes its data dirs when done.
 
@@ -83,12 +86,15 @@ int main(int argc, char** argv) {
   const unsigned bytes = arg(argc, argv, "--bytes", 300);
   const unsigned heartbeat_ms = arg(argc, argv, "--heartbeat-ms", 100);
   const unsigned snapshot_every = arg(argc, argv, "--snapshot-every", 1024);
+  const unsigned segment_mib = arg(argc, argv, "--segment-mib",
+                                   static_cast<unsigned>(raft_node_options{}.segment_bytes >> 20));
   const std::filesystem::path root = std::filesystem::path(arg_s(argc, argv, "--dir", "/tmp")) /
                                      fmt::format("onceq-raft-bench-{}", ::getpid());
-  if (nodes == 0 || nodes > 7 || proposals == 0 || in_flight == 0 || bytes == 0) {
+  if (nodes == 0 || nodes > 7 || proposals == 0 || in_flight == 0 || bytes == 0 ||
+      segment_mib == 0 || segment_mib > 1024) {
     std::fprintf(stderr,
                  "usage: onceq-raft-bench [--nodes 1..7] [--proposals N] "
-                 "[--in-flight K] [--bytes B] [--dir DIR]\n");
+                 "[--in-flight K] [--bytes B] [--segment-mib 1..1024] [--dir DIR]\n");
     return 2;
   }
 
@@ -102,25 +108,31 @@ int main(int argc, char** argv) {
                     i + 1, base + 2 * i, base + 2 * i + 1);
   }
   std::vector<std::unique_ptr<counter>> machines;
-  std::vector<std::unique_ptr<raft_node>> running;
-  for (unsigned i = 0; i < nodes; ++i) {
+  for (unsigned i = 0; i < nodes; ++i) machines.push_back(std::make_unique<counter>());
+  // Node i on its data dir (nullptr, having said why, if it did not start).
+  auto start_node = [&](unsigned i) -> std::unique_ptr<raft_node> {
     auto cfg = cluster_config::parse(file, "bench.toml", fmt::format("n{}", i + 1));
     if (!cfg.ok()) {
       std::fprintf(stderr, "%s\n", cfg.err().message.c_str());
-      return 1;
+      return nullptr;
     }
     raft_node_options o;
     o.data_dir = (root / fmt::format("n{}", i + 1)).string();
     o.heartbeat_timeout_ms = heartbeat_ms;
     o.snapshot_threshold = snapshot_every;
     o.election_timeout_ms = std::max(1000u, heartbeat_ms * 10);
-    machines.push_back(std::make_unique<counter>());
-    auto n = raft_node::start(std::move(*cfg), o, {machines.back().get()});
+    o.segment_bytes = std::size_t{segment_mib} << 20;
+    auto n = raft_node::start(std::move(*cfg), o, {machines[i].get()});
     if (!n.ok()) {
       std::fprintf(stderr, "%s\n", n.err().message.c_str());
-      return 1;
+      return nullptr;
     }
-    running.push_back(std::move(*n));
+    return std::move(*n);
+  };
+  std::vector<std::unique_ptr<raft_node>> running;
+  for (unsigned i = 0; i < nodes; ++i) {
+    running.push_back(start_node(i));
+    if (running.back() == nullptr) return 1;
   }
 
   // The leader, once every node agrees on it.
@@ -179,6 +191,18 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(steady::now() - t0).count();
   const double cpu = cpu_seconds() - cpu0;
   const auto s1 = running[leader]->status(0);
+
+  // A follower's restart on its log: the load raft does before it serves.
+  double restart_ms = 0;
+  if (nodes > 1) {
+    const unsigned f = leader == 0 ? 1 : 0;
+    running[f]->stop();
+    running[f].reset();
+    const auto r0 = steady::now();
+    running[f] = start_node(f);
+    restart_ms = std::chrono::duration<double, std::milli>(steady::now() - r0).count();
+    if (running[f] == nullptr) return 1;
+  }
   for (auto& n : running) n->stop();
   running.clear();
   std::error_code ec;
@@ -197,10 +221,12 @@ int main(int argc, char** argv) {
                               : 0.0;
   std::printf(
       "raft_node: %u nodes, %u proposals of %u bytes, %u in flight, heartbeat %u ms, a "
-      "snapshot every %u entries: %.0f entries/s, p50 %.2f ms, p99 %.2f ms, %.1f entries per "
-      "raft_apply, %.1f us CPU per entry "
-      "(all nodes), %u failed\n",
-      nodes, proposals, bytes, in_flight, heartbeat_ms, snapshot_every, proposals / secs,
-      pct(0.50) / 1000, pct(0.99) / 1000, per_call, cpu / proposals * 1e6, failed);
+      "snapshot every %u entries, %u MiB segments: %.0f entries/s, p50 %.2f ms, p99 %.2f ms, "
+      "p99.9 %.2f ms, max %.2f ms, %.1f entries per raft_apply, %.1f us CPU per entry "
+      "(all nodes), a follower's restart %.0f ms, %u failed\n",
+      nodes, proposals, bytes, in_flight, heartbeat_ms, snapshot_every, segment_mib,
+      proposals / secs, pct(0.50) / 1000, pct(0.99) / 1000, pct(0.999) / 1000,
+      latency_us.empty() ? 0.0 : latency_us.back() / 1000, per_call, cpu / proposals * 1e6,
+      restart_ms, failed);
   return failed == 0 ? 0 : 1;
 }

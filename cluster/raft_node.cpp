@@ -191,7 +191,7 @@ result<void> raft_node::impl::init_group(group& g) {
   if (rv != 0) return raft_error("raft_uv_init", rv, g.io.errmsg);
   g.io_ready = true;
   raft_uv_set_connect_retry_delay(&g.io, opts_.connect_retry_delay_ms);
-  raft_uv_set_segment_size(&g.io, opts_.segment_bytes);
+  raft_uv_set_segment_size(&g.io, g.segment_bytes);
 
   g.fsm.version = 1;
   g.fsm.data = &g;
@@ -576,6 +576,20 @@ result<std::unique_ptr<raft_node>> raft_node::start(cluster_config cfg, raft_nod
   if (opts.max_batch_entries == 0 || opts.max_batch_bytes == 0 || opts.max_entry_bytes == 0 ||
       opts.max_queued == 0) {
     return bad("raft_node: batch and queue limits must be above 0");
+  }
+  // A raft_apply batch fits in one open segment.
+  auto segment_too_small = [&](std::size_t bytes, std::string_view whose) {
+    return bad(fmt::format("raft_node: {} open segments of {} bytes are below max_batch_bytes {}",
+                           whose, bytes, opts.max_batch_bytes));
+  };
+  if (opts.segment_bytes < opts.max_batch_bytes) {
+    return segment_too_small(opts.segment_bytes, "the groups'");
+  }
+  for (std::size_t g = 0; g < opts.specs.size(); ++g) {
+    const std::size_t b = opts.specs[g].segment_bytes;
+    if (b != 0 && b < opts.max_batch_bytes) {
+      return segment_too_small(b, fmt::format("group {}'s", g));
+    }
   }
   ONCEQ_TRY(cfg.check_ports(opts.groups));
   ONCEQ_TRY(check_identity(opts.data_dir, cfg));

@@ -147,6 +147,10 @@ struct group_spec {
   // none (the node waits for a leader to add it). Ignored when the
   // directory already holds a log.
   std::vector<member> bootstrap;
+  // Size of this group's open segments; 0: raft_node_options::segment_bytes.
+  // Raft reads every open segment whole at start (three per group), so a
+  // group that carries little (the meta group) wants small ones.
+  std::size_t segment_bytes = 0;
 };
 
 struct raft_node_options {
@@ -165,10 +169,13 @@ struct raft_node_options {
   // depose a healthy leader. Raft's default is off.
   bool pre_vote = true;                    // Default: on
   unsigned connect_retry_delay_ms = 1000;  // Default: raft_uv's 1000 ms between dials of a peer
-  // Size of the log's open segments (raft_uv_set_segment_size). Closing a
-  // full segment and opening the next stalls appends for tens of ms: with
-  // raft's 8 MiB and 40 KB entries (a produce of 100 messages) that was a
-  // p99 of 38 ms; 64 MiB makes it 6 ms (docs/BENCHMARKS.md, "Replication").
+  // Size of the log's open segments (raft_uv_set_segment_size), at least
+  // max_batch_bytes. Closing a full segment and opening the next stalls
+  // appends for tens of ms: with raft's 8 MiB and 40 KB entries (a produce
+  // of 100 messages) that was a p99 of 38 ms; 64 MiB makes it 6 ms. But raft
+  // keeps three open segments per group and reads them whole at every
+  // start: 192 MiB per group (docs/BENCHMARKS.md, "Replication", and
+  // "A node's restart"). A group_spec may set its own.
   std::size_t segment_bytes = 64u << 20;  // Default: 64 MiB
   // Group commit limits: a queue longer than this goes out as several
   // raft_apply calls in one loop iteration.

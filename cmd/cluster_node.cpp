@@ -16,6 +16,11 @@
 
 namespace onceq::cmd {
 
+namespace {
+// The meta group's open raft segments: raft's own default size.
+constexpr std::size_t k_meta_segment_bytes = 8u << 20;
+}  // namespace
+
 // One thread that runs blocking requests to the meta group (the
 // operator's drain and rebalance, other nodes' entries), in order.
 class meta_worker {
@@ -72,6 +77,7 @@ cluster_node::cluster_node(cluster::cluster_config cfg, const cmd::config& opts)
       self_(cfg_.self().id),
       election_timeout_ms_(opts.election_timeout_ms),
       snapshot_every_(opts.raft_snapshot_every),
+      segment_bytes_(std::size_t{opts.raft_segment_mib} << 20),
       join_(opts.join) {}
 
 cluster_node::~cluster_node() {
@@ -132,6 +138,7 @@ result<void> cluster_node::start() {
   // A follower a little behind (a restart, a short partition) catches up
   // from the log, not from a whole snapshot.
   ro.snapshot_trailing = std::max(64u, snapshot_every_ / 4);
+  ro.segment_bytes = segment_bytes_;
   // A shard's group: every node of a file with no more nodes than
   // replicas holds it from the start (bootstrapped with every node, as
   // before placement existed); otherwise a group this node already holds
@@ -159,8 +166,13 @@ result<void> cluster_node::start() {
   }
   // The meta group: bootstrapped with the file's nodes on a first start,
   // unless this node joins a running cluster (its leader adds it).
-  ro.specs.push_back(cluster::group_spec{
-      true, join_ ? std::vector<cluster::member>{} : cluster::meta_members(cfg_.nodes().size())});
+  cluster::group_spec meta;
+  meta.bootstrap =
+      join_ ? std::vector<cluster::member>{} : cluster::meta_members(cfg_.nodes().size());
+  // Its entries are placement changes of a few hundred bytes: raft's own
+  // 8 MiB segments, not a shard's (a restart reads 24 MiB, not 192).
+  meta.segment_bytes = k_meta_segment_bytes;
+  ro.specs.push_back(std::move(meta));
   std::vector<cluster::state_machine*> machines;
   for (auto& r : replicas_) machines.push_back(r.get());
   machines.push_back(meta_.get());

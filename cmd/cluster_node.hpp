@@ -74,7 +74,8 @@ class cluster_node final : public http::cluster_view {
   std::string data_dir_;
   unsigned election_timeout_ms_;
   unsigned snapshot_every_;
-  bool join_;  // --join: bootstrap nothing
+  std::size_t segment_bytes_;  // a shard group's open segments (--raft-segment-mib)
+  bool join_;                  // --join: bootstrap nothing
   std::vector<std::unique_ptr<storage::rocksdb_store>> stores_;
   std::vector<std::unique_ptr<cluster::replica>> replicas_;
   std::vector<std::unique_ptr<cluster::shard_group>> groups_;

@@ -172,6 +172,11 @@ std::unique_ptr<CLI::App> make_app(config& c) {
                       "(default {})",
                       d.raft_snapshot_every),
           64, 10'000'000, [&c](i64 v) { c.raft_snapshot_every = static_cast<unsigned>(v); });
+  add_int(a, "--raft-segment-mib", "MIB",
+          fmt::format("cluster: size of a shard's open raft log segments; raft keeps three\n"
+                      "per shard and reads them whole at start, 8..1024 (default {})",
+                      d.raft_segment_mib),
+          8, 1024, [&c](i64 v) { c.raft_segment_mib = static_cast<unsigned>(v); });
   add_text(
       a, "--wal-sync", "WHERE",
       fmt::format("who syncs the WAL under --fsync always: loop (each shard's loop,\n"

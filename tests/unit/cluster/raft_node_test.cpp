@@ -188,6 +188,10 @@ class cluster_test : public ::testing::Test {
     o.connect_retry_delay_ms = 50;
     o.snapshot_threshold = snapshot_threshold_;
     o.snapshot_trailing = snapshot_trailing_;
+    if (segment_bytes_ != 0) {
+      o.segment_bytes = segment_bytes_;
+      o.max_batch_bytes = std::min(o.max_batch_bytes, segment_bytes_);
+    }
     // A promotion of a node that does not answer gives up after 1 s.
     o.max_catch_up_round_ms = 1'000;
     return o;
@@ -336,6 +340,7 @@ class cluster_test : public ::testing::Test {
   unsigned groups_ = 1;
   unsigned snapshot_threshold_ = 1024;
   unsigned snapshot_trailing_ = 128;
+  std::size_t segment_bytes_ = 0;  // 0: raft_node_options' default
   std::vector<member> members_;
   // Per node: its groups' specs (raft_node_options::specs); unset: every
   // group opened and bootstrapped with every node.
@@ -501,6 +506,20 @@ TEST_F(cluster_test, start_refuses_bad_setups) {
   bad = o;
   bad.data_dir.clear();
   EXPECT_EQ(raft_node::start(config_of(0), bad, {&a, &b}).code(), errc::invalid_argument);
+  // Open segments that a batch would not fit in, the node's or a group's.
+  bad = o;
+  bad.segment_bytes = bad.max_batch_bytes - 1;
+  r = raft_node::start(config_of(0), bad, {&a, &b});
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_NE(r.err().message.find("the groups' open segments"), std::string::npos)
+      << r.err().message;
+  bad = o;
+  bad.specs = {group_spec{}, group_spec{}};
+  bad.specs[1].segment_bytes = 4096;
+  r = raft_node::start(config_of(0), bad, {&a, &b});
+  EXPECT_EQ(r.code(), errc::invalid_argument);
+  EXPECT_NE(r.err().message.find("group 1's open segments of 4096 bytes"), std::string::npos)
+      << r.err().message;
 
   // A raft port already taken: raft's own reason, the group and its address.
   const auto c = config_of(0);
@@ -605,6 +624,52 @@ TEST_F(cluster_test, a_follower_far_behind_catches_up_through_a_snapshot) {
   start(f);
   expect_everywhere(want);
   EXPECT_GE(machine(f).restores(), 1);
+}
+
+TEST_F(cluster_test, a_follower_behind_by_more_than_a_segment_catches_up) {
+  segment_bytes_ = 1u << 20;
+  make_cluster(3, 1);
+  start_all();
+  auto l = leader();
+  ASSERT_TRUE(l) << "no leader";
+  std::vector<std::string> want = {"a0"};
+  propose_all(*l, want);
+  expect_everywhere(want);
+
+  const std::size_t f = (*l + 1) % 3;
+  stop(f);
+  for (int i = 0; i < 48; ++i)
+    want.push_back(std::string(64u << 10, static_cast<char>('a' + i % 26)));
+  propose_all(*l, std::vector<std::string>(want.begin() + 1, want.end()));
+  start(f);
+  expect_everywhere(want);
+}
+
+// Raft preallocates a group's open segments at their full size and reads
+// them whole at every start: a group spec sets its own size.
+TEST_F(cluster_test, a_group_spec_sets_the_size_of_its_open_segments) {
+  make_cluster(1, 2);
+  specs_ = [](std::size_t) {
+    std::vector<group_spec> s(2);
+    for (auto& g : s) g.bootstrap = {onceq::cluster::member{1, member_role::voter}};
+    s[1].segment_bytes = 4u << 20;
+    return s;
+  };
+  start_all();
+  ASSERT_TRUE(leader(0));
+  ASSERT_TRUE(leader(1));
+  propose_all(0, {"a"}, 0);
+  propose_all(0, {"b"}, 1);
+  auto open_sizes = [&](unsigned g) {
+    std::set<std::uintmax_t> sizes;
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(data_dir(0)) /
+                                                             "raft" / std::to_string(g))) {
+      if (e.path().filename().string().rfind("open-", 0) == 0) sizes.insert(e.file_size());
+    }
+    return sizes;
+  };
+  EXPECT_EQ(open_sizes(0), std::set<std::uintmax_t>{raft_node_options{}.segment_bytes});
+  EXPECT_EQ(open_sizes(1), std::set<std::uintmax_t>{4u << 20});
 }
 
 // Raft 0.15 only carries entries of 8-byte multiples intact: every length

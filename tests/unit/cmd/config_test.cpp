@@ -128,6 +128,19 @@ TEST(config_test, ranges_are_checked_per_flag) {
   EXPECT_EQ(c->shard.max_queue, 20u);
 }
 
+TEST(config_test, raft_segments_default_to_64_mib_and_are_checked) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->raft_segment_mib, 64u);
+  c = parse({"--raft-segment-mib", "16"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_EQ(c->raft_segment_mib, 16u);
+  // From raft's own default, 8 MiB, to 1 GiB.
+  for (std::string_view bad : {"0", "7", "1025", "x"}) {
+    EXPECT_TRUE(fails_with(parse({"--raft-segment-mib", bad}), "--raft-segment-mib")) << bad;
+  }
+}
+
 TEST(config_test, shards_default_to_the_cores_and_are_checked) {
   auto c = parse({});
   ASSERT_TRUE(c.ok());
