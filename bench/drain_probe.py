@@ -4,10 +4,12 @@
 Starts ONCEQD on a fresh data dir (--fsync always), produces N messages
 of 256 bytes in batches of 100 to a topic of 4 partitions, then consumes
 100 at a time and acks each batch, on one connection. Prints the server's
-user and system CPU per drained message and the counters
+user and system CPU and page faults per drained message, its threads'
+context switches per 100, and the counters
 onceq_shard_disk_reads_total / onceq_shard_loop_disk_reads_total
 (docs/DESIGN.md, "Reader threads"). With PERF=FILE set, `perf record -g`
-samples the server during the drain only.
+samples the server during the drain only; ONCEQD_ARGS adds onceqd flags
+(e.g. "--wal-sync loop").
 
     bench/drain_probe.py ONCEQD [N]     (default N: 100000)
 
@@ -29,7 +31,8 @@ def main():
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
     data = tempfile.mkdtemp(prefix="onceq-drain-probe-")
     server = subprocess.Popen(
-        [binary, "--listen", "127.0.0.1:0", "--data-dir", data, "--fsync", "always"],
+        [binary, "--listen", "127.0.0.1:0", "--data-dir", data, "--fsync", "always"]
+        + os.environ.get("ONCEQD_ARGS", "").split(),
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         port = int(server.stdout.readline().strip().rsplit(":", 1)[1])
@@ -51,9 +54,23 @@ def main():
                     out[name] = int(float(value))
             return out
 
+        def stat_fields():
+            return open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+
         def cpu_ticks():
-            fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+            fields = stat_fields()
             return int(fields[11]), int(fields[12])
+
+        def minor_faults():
+            return int(stat_fields()[7])
+
+        def switches():  # voluntary and not, every thread
+            total = 0
+            for t in os.listdir(f"/proc/{server.pid}/task"):
+                with open(f"/proc/{server.pid}/task/{t}/status") as f:
+                    total += sum(int(line.split()[1]) for line in f
+                                 if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+            return total
 
         status, body = call("POST", "/v1/topics", {"name": "t", "partitions": 4})
         assert status == 201, body
@@ -70,7 +87,8 @@ def main():
                                      "-o", os.environ["PERF"]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-        before, start, drained = cpu_ticks(), time.time(), 0
+        before, faults, start, drained = cpu_ticks(), minor_faults(), time.time(), 0
+        switched = switches()
         while True:
             status, body = call("POST", "/v1/consume", {"topic": "t", "group": "g", "owner": "w",
                                                         "max_messages": 100, "lease_ms": 60000})
@@ -89,7 +107,9 @@ def main():
         after, tck = cpu_ticks(), os.sysconf("SC_CLK_TCK")
         per_msg = [round((a - b) / tck / max(drained, 1) * 1e6, 1) for a, b in zip(after, before)]
         print(f"drained {drained} in {time.time() - start:.2f} s; server CPU per message: "
-              f"user {per_msg[0]} us, system {per_msg[1]} us")
+              f"user {per_msg[0]} us, system {per_msg[1]} us; "
+              f"{(minor_faults() - faults) / max(drained, 1):.3f} page faults per message, "
+              f"{(switches() - switched) / max(drained, 1) * 100:.1f} context switches per 100")
         for name, value in sorted(counters().items()):
             print(f"{name} {value}")
     finally:
