@@ -191,7 +191,9 @@ result<void> raft_node::impl::init_group(group& g) {
   if (rv != 0) return raft_error("raft_uv_init", rv, g.io.errmsg);
   g.io_ready = true;
   raft_uv_set_connect_retry_delay(&g.io, opts_.connect_retry_delay_ms);
-  raft_uv_set_segment_size(&g.io, g.segment_bytes);
+  const std::size_t own =
+      opts_.specs.empty() ? 0 : opts_.specs[static_cast<std::size_t>(g.index)].segment_bytes;
+  raft_uv_set_segment_size(&g.io, own != 0 ? own : opts_.segment_bytes);
 
   g.fsm.version = 1;
   g.fsm.data = &g;

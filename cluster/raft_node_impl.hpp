@@ -182,7 +182,6 @@ class raft_node::impl {
     std::vector<struct raft_buffer> bufs;  // scratch for raft_apply
     // The configuration a pristine directory is bootstrapped with.
     std::vector<member> bootstrap;
-    std::size_t segment_bytes = 0;  // its open segments' size
     // A close of this group alone (close_group): its callback, and whether
     // the directory goes with it.
     std::vector<op_cb> close_cbs;
@@ -202,14 +201,12 @@ class raft_node::impl {
       g->sm = machines[i];
       g->dir = (std::filesystem::path(opts_.data_dir) / "raft" / std::to_string(i)).string();
       g->address = cfg_.raft_address(cfg_.self(), i);
-      g->segment_bytes = opts_.segment_bytes;
       if (opts_.specs.empty()) {
         for (std::size_t k = 0; k < cfg_.nodes().size(); ++k) {
           g->bootstrap.push_back(member{k + 1, member_role::voter});
         }
       } else {
         g->bootstrap = opts_.specs[i].bootstrap;
-        if (opts_.specs[i].segment_bytes != 0) g->segment_bytes = opts_.specs[i].segment_bytes;
       }
       groups_.push_back(std::move(g));
     }

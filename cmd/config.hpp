@@ -39,7 +39,8 @@ struct config {
   unsigned election_timeout_ms = 1'000;   // Default: raft's 1 s (randomised to 1-2 s)
   unsigned raft_snapshot_every = 65'536;  // Default: a snapshot every 65,536 entries
   // A shard group's open raft segments; raft keeps three per group and
-  // reads them whole at every start (docs/OPERATIONS.md, "Restarts").
+  // reads them whole when a killed node starts (docs/OPERATIONS.md,
+  // "Raft log segments").
   unsigned raft_segment_mib = 64;  // Default: 64 MiB
   // A new leader's stamps run this far behind its clock while leases of
   // earlier terms may run (docs/REPLICATION.md section 4): the clock skew
