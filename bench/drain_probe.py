@@ -8,8 +8,9 @@ user and system CPU and page faults per drained message, its threads'
 context switches per 100, and the counters
 onceq_shard_disk_reads_total / onceq_shard_loop_disk_reads_total
 (docs/DESIGN.md, "Reader threads"). With PERF=FILE set, `perf record -g`
-samples the server during the drain only; ONCEQD_ARGS adds onceqd flags
-(e.g. "--wal-sync loop").
+samples the server during the drain only, and with STRACE=FILE
+`strace -f -c` counts its system calls then (not both); ONCEQD_ARGS adds
+onceqd flags (e.g. "--wal-sync loop").
 
     bench/drain_probe.py ONCEQD [N]     (default N: 100000)
 
@@ -85,6 +86,11 @@ def main():
         if os.environ.get("PERF"):
             perf = subprocess.Popen(["perf", "record", "-F", "2999", "-g", "-p", str(server.pid),
                                      "-o", os.environ["PERF"]],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+        elif os.environ.get("STRACE"):
+            perf = subprocess.Popen(["strace", "-f", "-c", "-p", str(server.pid),
+                                     "-o", os.environ["STRACE"]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
         before, faults, start, drained = cpu_ticks(), minor_faults(), time.time(), 0
