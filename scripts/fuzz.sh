@@ -6,9 +6,10 @@
 # report or timeout; the input that caused it is saved in
 # build-asan/fuzz-artifacts/<target>/ (reproduce: build-asan/tests/fuzz/<target> <file>).
 #   scripts/fuzz.sh [target...]      default: every target
-# Environment: FUZZ_SECONDS (default 60 per target), and as for
-# scripts/sanitize-build.sh (BUILD_DIR, JOBS, CXX (must be a clang),
-# SANITIZE_OPT, CMAKE_ARGS).
+# Environment: FUZZ_SECONDS (default 60 per target), FUZZ_BUILD=0 (run
+# what build-asan holds, without building: for two runs side by side, as
+# .ci/run does), and as for scripts/sanitize-build.sh (BUILD_DIR, JOBS, CXX
+# (must be a clang), SANITIZE_OPT, CMAKE_ARGS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +20,9 @@ if [ "${#targets[@]}" -eq 0 ]; then
   targets=(request_fuzz codec_fuzz schema_fuzz)
 fi
 
-BUILD_DIR="$build_dir" bash scripts/sanitize-build.sh "${targets[@]}"
+if [ "${FUZZ_BUILD:-1}" != 0 ]; then
+  BUILD_DIR="$build_dir" bash scripts/sanitize-build.sh "${targets[@]}"
+fi
 
 for t in "${targets[@]}"; do
   exe="$build_dir/tests/fuzz/$t"

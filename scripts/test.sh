@@ -10,6 +10,8 @@ bash scripts/deps.sh
 bash clients/deps.sh
 bash scripts/build.sh
 # integration.crash_loop_cluster_pipeline_test (label cluster_pipeline) is left
-# out: docs/RELIABILITY.md, "Workflow-step pipelines under kill -9".
-ctest --test-dir build --output-on-failure -LE cluster_pipeline
+# out: docs/RELIABILITY.md, "Workflow-step pipelines under kill -9". One job
+# per core; the crash loops and the heavy cluster tests run alone
+# (RUN_SERIAL, tests/integration/CMakeLists.txt).
+ctest --test-dir build --output-on-failure -LE cluster_pipeline -j "$(nproc)"
 bash clients/test.sh build/cmd/onceqd
