@@ -35,6 +35,7 @@
 #include "http/spread.hpp"
 #include "http/stream_pump.hpp"
 #include "http/wire.hpp"
+#include "shard/loop_clients.hpp"
 
 namespace onceq::http {
 
@@ -103,13 +104,19 @@ class basic_session final : public session,
   ~basic_session() override {
     if (sweep_ != nullptr) sweep_->remove(this);
     if (registered_) registry_->remove(id_);
+    if (clients_ != nullptr) {
+      answered();
+      clients_->disconnected();
+    }
   }
 
   void start() {
     id_ = registry_->add(this->weak_from_this());
     registered_ = true;
-    sweep_ = &asio::use_service<deadline_sweep>(
-        asio::query(socket().get_executor(), asio::execution::context));
+    auto& loop = asio::query(socket().get_executor(), asio::execution::context);
+    sweep_ = &asio::use_service<deadline_sweep>(loop);
+    clients_ = &loop_clients::of(loop);
+    clients_->connected();
     sweep_->add(this, sweep_period());
     if constexpr (k_tls) {
       detect_tls();
@@ -328,6 +335,8 @@ class basic_session final : public session,
       target_ = std::string(req.target());
     }
     enter_untimed(phase::handling);
+    awaiting_ = true;
+    clients_->request_sent();
     // The cluster's internal routes are taken only from the cluster's own
     // hosts: they learn the peer's address here (whatever a client sent in
     // the header is replaced). Other requests pay nothing for it.
@@ -340,7 +349,15 @@ class basic_session final : public session,
                    [self = this->shared_from_this()](reply r) { self->on_reply(std::move(r)); });
   }
 
+  // The answer to the request dispatched came (or never will).
+  void answered() {
+    if (!awaiting_) return;
+    awaiting_ = false;
+    clients_->answered();
+  }
+
   void on_reply(reply r) {
+    answered();
     if (opts_.access_log) {
       log_access({method_, target_, r.res.result_int(), steady::now() - started_,
                   r.stream ? -1 : static_cast<std::int64_t>(r.res.body().size()),
@@ -533,6 +550,11 @@ class basic_session final : public session,
   router& router_;
   Stream stream_;
   deadline_sweep* sweep_ = nullptr;
+  // This loop's count of connections and of those waiting for an answer
+  // (shard/loop_clients.hpp): in from start() to the end, waiting from
+  // dispatch() to on_reply().
+  loop_clients* clients_ = nullptr;
+  bool awaiting_ = false;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   response res_;      // the answer being written

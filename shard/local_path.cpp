@@ -196,12 +196,22 @@ void local_path::after_durable(durable_fn fn) {
   round_.push_back(std::move(fn));
 }
 
+std::function<void(result<void>)> local_path::take_round() {
+  auto release = [batch = std::move(round_)](result<void> durable) mutable {
+    for (auto& fn : batch) fn(durable);
+  };
+  round_.clear();
+  return release;
+}
+
 void local_path::flush() {
   if (round_.empty()) return;
-  store_.when_durable([batch = std::move(round_)](result<void> durable) mutable {
-    for (auto& fn : batch) fn(durable);
-  });
-  round_.clear();
+  // Every connection of this loop waits for an answer: no request can
+  // arrive for the loop to apply while the sync runs, so the loop makes it
+  // itself rather than wake the idle syncer and be woken by its answers
+  // (docs/BENCHMARKS.md, "Eighteenth round").
+  if (shard_.clients_.all_waiting() && store_.sync_idle()) return store_.sync_here(take_round());
+  store_.when_durable(take_round());
   // A store that syncs on its caller does it here, on the loop: one sync
   // for the whole iteration (Redis's beforeSleep). Others sync on their
   // own thread while the loop goes on.
@@ -212,7 +222,7 @@ void local_path::flush_if_disk_idle() {
   if (round_.empty()) return;
   const auto age = steady::now() - round_began_;
   if (age >= k_early_round_age && age >= k_early_answer_cost * round_.size() && store_.sync_idle())
-    flush();
+    store_.when_durable(take_round());
 }
 
 void local_path::end_iteration() {

@@ -7,7 +7,10 @@
 // go into the store unsynced; at the end of the iteration one when_durable
 // covers everything it wrote (with --wal-sync loop the loop syncs the WAL
 // itself, store::sync_pending) and releases the answers. A long iteration
-// may hand its first answers to an idle syncer sooner (flush_if_disk_idle).
+// may hand its first answers to an idle syncer sooner (flush_if_disk_idle);
+// when every connection of the loop waits for an answer, the loop makes
+// the sync itself instead of waking an idle syncer (store::sync_here,
+// shard/loop_clients.hpp).
 // The end of an iteration also fires the broker's timers and wakes the
 // consumers and key waiters its writes concern. While the store refuses writes, it asks
 // the store to resume every 500 ms and rebuilds the broker after a reopen.
@@ -97,6 +100,10 @@ class local_path final : public apply_path {
   };
   void read_then_retry(std::function<bool()> step, int tries);
   void retry_reading(std::function<bool()> step, int tries);
+
+  // The round's answers as one callback for the store; the round is empty
+  // after.
+  std::function<void(result<void>)> take_round();
 
   // While the store refuses writes: store::resume() every k_resume_every,
   // and a rebuild of the broker's memory when the store had to reopen.

@@ -51,6 +51,7 @@
 
 #include "broker/dispatch.hpp"
 #include "shard/apply_path.hpp"
+#include "shard/loop_clients.hpp"
 #include "shard/loop_load.hpp"
 #include "shard/mailbox.hpp"
 #include "shard/shard_log.hpp"
@@ -272,6 +273,8 @@ class shard {
   // How commands from other loops cross to this one (lock-free, one
   // asio::post per batch).
   mailbox& mailbox_ = mailbox::of(io_);
+  // The connections the loop serves, and those waiting for an answer.
+  const loop_clients& clients_ = loop_clients::of(io_);
   std::unique_ptr<apply_path> path_;
   std::function<void(std::string_view, bool)> topic_change_;  // set before start
   std::thread thread_;

@@ -57,6 +57,10 @@ class applied_index_store final : public store {
     inner_.when_durable(std::move(done));
   }
   void sync_pending() override { inner_.sync_pending(); }
+  bool sync_idle() const override { return inner_.sync_idle(); }
+  void sync_here(std::function<void(result<void>)> done) override {
+    inner_.sync_here(std::move(done));
+  }
   store_health health() const override { return inner_.health(); }
   result<resume_outcome> resume() override { return inner_.resume(); }
   std::optional<sync_stats> wal_sync_stats() const override { return inner_.wal_sync_stats(); }

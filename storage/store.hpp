@@ -105,6 +105,17 @@ class store {
   // caller in sync_pending()).
   virtual bool sync_idle() const { return false; }
 
+  // when_durable(done), with the sync it waits for made on this thread now
+  // when sync_idle(): the store's syncer thread stays asleep, so neither
+  // side wakes the other. For a writer with nothing else to do meanwhile
+  // (a shard's loop whose every client waits for this round,
+  // shard/loop_clients.hpp). Otherwise the same as when_durable(done),
+  // then sync_pending(). The caller is the thread that writes.
+  virtual void sync_here(std::function<void(result<void>)> done) {
+    when_durable(std::move(done));
+    sync_pending();
+  }
+
   // Whether writes are accepted now, and why not. Any thread; never blocks
   // on the disk.
   virtual store_health health() const { return {}; }

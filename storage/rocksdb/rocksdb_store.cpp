@@ -198,6 +198,10 @@ bool rocksdb_store::sync_idle() const {
   return p_->syncer_.idle();
 }
 
+void rocksdb_store::sync_here(std::function<void(result<void>)> done) {
+  p_->syncer_.sync_here(std::move(done));
+}
+
 std::uint64_t rocksdb_store::disk_bytes() const {
   // SST files plus WAL files (*.log; RocksDB's info log is "LOG", no suffix).
   std::uint64_t total = 0;

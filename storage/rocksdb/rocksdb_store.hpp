@@ -71,6 +71,7 @@ class rocksdb_store final : public store {
   // then runs them, on the caller's thread. Otherwise nothing.
   void sync_pending() override;
   bool sync_idle() const override;
+  void sync_here(std::function<void(result<void>)> done) override;
   store_health health() const override;
   // In place: Resume, then a flush of every column family (so that writes
   // whose sync failed are durable in SST files) and a WAL sync to prove the

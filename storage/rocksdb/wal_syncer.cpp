@@ -112,6 +112,32 @@ void wal_syncer::sync_pending() {
   release(ready, sync());
 }
 
+void wal_syncer::sync_here(callback done) {
+  if (!thread_.joinable() || opts_.fsync.kind != fsync_policy::mode::always) {
+    when_durable(std::move(done));
+    return sync_pending();
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (busy_.load(std::memory_order_relaxed) || stop_) {
+      // A sync runs (or callbacks wait for one): done joins the next round
+      // there, after the rounds before it.
+      pending_.push_back(std::move(done));
+      busy_.store(true, std::memory_order_release);
+      cv_.notify_one();
+      return;
+    }
+    // Idle, and only this thread registers callbacks: nothing can queue
+    // behind done until it has run. Busy meanwhile, for idle().
+    busy_.store(true, std::memory_order_release);
+  }
+  std::vector<callback> ready;
+  ready.push_back(std::move(done));
+  release(ready, sync());
+  std::lock_guard lk(mu_);
+  if (pending_.empty()) busy_.store(false, std::memory_order_release);
+}
+
 // Runs callbacks that waited for the syncer, with the sync's outcome.
 void wal_syncer::release(std::vector<callback>& ready, const result<void>& r) {
   stats_.add_waiters(ready.size());

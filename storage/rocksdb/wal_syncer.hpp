@@ -57,6 +57,10 @@ class wal_syncer {
   // With sync_on_caller: one sync for every callback registered so far,
   // then runs them, on the caller's thread. Otherwise nothing.
   void sync_pending();
+  // With a syncer thread that is idle (fsync always): one sync on the
+  // caller for done, then done; the thread stays asleep. Otherwise
+  // when_durable(done), then sync_pending(). From the writer thread.
+  void sync_here(callback done);
   // Whether the syncer thread waits for work (fsync always on its own
   // thread): no callback queued, no sync running. Any thread.
   bool idle() const noexcept { return !busy_.load(std::memory_order_acquire); }

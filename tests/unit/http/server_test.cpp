@@ -24,6 +24,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "router_test_support.hpp"
+#include "shard/loop_clients.hpp"
 
 namespace onceq::http {
 namespace {
@@ -367,6 +368,43 @@ TEST_P(ServerTest, LargePipelinedAnswersToASlowReaderArriveWholeAndInOrder) {
     EXPECT_EQ(res.body(), spec) << i;
   }
   EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
+}
+
+// Each session counts itself on its loop (shard/loop_clients.hpp, what a
+// shard's loop reads to decide where its WAL sync runs): a connection from
+// its start to its end, and a waiting one from a whole request to the
+// answer, a long-poll's included.
+TEST_P(ServerTest, SessionsCountThemselvesOnTheirLoopAndWhileTheyWait) {
+  h_.post("/v1/topics", {{"name", "t"}});
+  const loop_clients& clients = loop_clients::of(ioc_);
+  auto within_5s = [](auto cond) {
+    for (int i = 0; i < 500 && !cond(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return cond();
+  };
+  auto s = connect();
+  EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
+  EXPECT_EQ(clients.connections(), 1u);
+  EXPECT_EQ(clients.waiting(), 0u);
+
+  request poll{verb::post, "/v1/consume", 11};
+  poll.set(bhttp::field::host, "127.0.0.1");
+  poll.body() = R"({"topic":"t","group":"g","owner":"o","max_messages":10,"wait_ms":10000})";
+  poll.prepare_payload();
+  bhttp::write(s, poll);
+  EXPECT_TRUE(within_5s([&] { return clients.waiting() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(clients.waiting(), 1u) << "still waiting: nothing to deliver";
+  h_.post("/v1/produce", {{"topic", "t"}, {"value", "v"}});
+  auto res = read_response(s);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_NE(res.body().find("\"v\""), std::string::npos) << res.body();
+  EXPECT_EQ(clients.waiting(), 0u);
+  EXPECT_EQ(clients.connections(), 1u);
+
+  s.close();
+  expect_no_sessions_soon();
+  EXPECT_TRUE(within_5s([&] { return clients.connections() == 0; }));
 }
 
 TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {

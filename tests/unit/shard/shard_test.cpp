@@ -2,6 +2,7 @@
 // waiters woken by produce, key waiters woken by ack, one sync per loop
 // iteration, commands on the loop run at once, shutdown.
 #include "shard/shard.hpp"
+#include "shard/loop_clients.hpp"
 
 #include <gtest/gtest.h>
 
@@ -340,7 +341,13 @@ class counting_store final : public storage::memory_store {
       done({});
     }
   }
+  // A sync made on the loop: counted apart from when_durable.
+  void sync_here(std::function<void(result<void>)> done) override {
+    here_.fetch_add(1);
+    done({});
+  }
   int calls() const { return calls_.load(); }
+  int here() const { return here_.load(); }
   void fail(bool on) { fail_.store(on); }
   bool sync_idle() const override { return idle_.load(); }
   void set_idle(bool on) { idle_.store(on); }
@@ -349,6 +356,7 @@ class counting_store final : public storage::memory_store {
 
  private:
   std::atomic<int> calls_{0};
+  std::atomic<int> here_{0};
   std::atomic<bool> fail_{false};
   std::atomic<bool> idle_{false};
   std::atomic<bool> watches_stalls_{false};
@@ -429,6 +437,41 @@ TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
   const int after = on_loop([&] { return store_.calls(); });
   EXPECT_EQ(answered.load(), 10);
   EXPECT_EQ(after - before, 1);
+}
+
+// The loop syncs a round itself (store::sync_here) only while every
+// connection it serves waits for an answer (shard/loop_clients.hpp, as
+// the HTTP sessions count themselves) and the store's syncer is idle;
+// otherwise the round goes to the syncer (when_durable).
+TEST_F(ShardLoopTest, TheLoopSyncsItselfOnlyWhileEveryConnectionWaitsOnAnIdleSyncer) {
+  loop_clients& clients = loop_clients::of(shard_.context());
+  struct shape {
+    int connections, waiting;
+    bool idle, on_loop;
+  };
+  const shape shapes[] = {{1, 1, true, true},  {4, 4, true, true},  {2, 1, true, false},
+                          {0, 0, true, false}, {1, 0, true, false}, {1, 1, false, false},
+                          {3, 3, false, false}};
+  for (const shape& s : shapes) {
+    for (int i = 0; i < s.connections; ++i) clients.connected();
+    for (int i = 0; i < s.waiting; ++i) clients.request_sent();
+    store_.set_idle(s.idle);
+    const int here = on_loop([&] { return store_.here(); });
+    const int calls = on_loop([&] { return store_.calls(); });
+    std::promise<result<produce_reply>> answer;
+    shard_.execute<produce_reply>(
+        produce_fn("m"), [&answer](result<produce_reply> r) { answer.set_value(std::move(r)); });
+    auto f = answer.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(f.get().ok());
+    const std::string what = "connections " + std::to_string(s.connections) + ", waiting " +
+                             std::to_string(s.waiting) + ", idle " + std::to_string(s.idle);
+    EXPECT_EQ(on_loop([&] { return store_.here(); }) - here, s.on_loop ? 1 : 0) << what;
+    EXPECT_EQ(on_loop([&] { return store_.calls(); }) - calls, s.on_loop ? 0 : 1) << what;
+    for (int i = 0; i < s.waiting; ++i) clients.answered();
+    for (int i = 0; i < s.connections; ++i) clients.disconnected();
+  }
+  store_.set_idle(false);
 }
 
 // Three commands run by three handlers of one iteration, each handler 1 ms

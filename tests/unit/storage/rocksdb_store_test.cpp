@@ -1020,6 +1020,56 @@ TEST_F(rocksdb_store_test, callbacks_that_queue_during_a_sync_share_the_next_one
   EXPECT_LE(store_->syncs(), 2u);
 }
 
+// sync_here on an idle syncer: the sync runs on the caller, the callback
+// before it returns, and the store is idle again after. Behind a round the
+// syncer still holds, the callback joins the syncer's next round, after
+// that round's callbacks.
+TEST_F(rocksdb_store_test, sync_here_syncs_on_the_caller_when_idle_and_queues_behind_a_round) {
+  open();
+  ASSERT_TRUE(eventually([&] { return store_->sync_idle(); }));
+  put(column::messages, keys::message(1, 0, 1), "m");
+  const std::uint64_t syncs = store_->syncs();
+  const auto caller = std::this_thread::get_id();
+  bool ran_here = false;
+  store_->sync_here([&](result<void> r) {
+    EXPECT_TRUE(r.ok());
+    ran_here = std::this_thread::get_id() == caller;
+  });
+  EXPECT_TRUE(ran_here);
+  EXPECT_EQ(store_->syncs(), syncs + 1);
+  EXPECT_TRUE(store_->sync_idle());
+
+  // A round held on the syncer (its callback blocks it), then sync_here.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<int> order;
+  std::atomic<int> ran{0};
+  put(column::messages, keys::message(1, 0, 2), "m");
+  store_->when_durable([&](result<void>) {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return release; });
+    order.push_back(1);
+    ran.fetch_add(1);
+  });
+  EXPECT_FALSE(store_->sync_idle());
+  put(column::messages, keys::message(1, 0, 3), "m");
+  store_->sync_here([&](result<void> r) {
+    EXPECT_TRUE(r.ok());
+    EXPECT_NE(std::this_thread::get_id(), caller);
+    order.push_back(2);
+    ran.fetch_add(1);
+  });
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(eventually([&] { return ran.load() == 2; }));
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(eventually([&] { return store_->sync_idle(); }));
+}
+
 // Many concurrent requests (writes serialized as the core thread would, each
 // request waiting for its own durability) share syncs.
 TEST_F(rocksdb_store_test, concurrent_waiters_share_syncs) {
