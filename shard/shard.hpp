@@ -62,6 +62,11 @@ namespace onceq {
 struct shard_options {
   std::size_t max_queue = 100'000;     // Default: commands crossing from other loops before 429
   millis max_wait_ms = k_max_wait_ms;  // Default: longest long-poll (the API's limit)
+  // A single node's round goes to an idle syncer between two handlers once
+  // it is this old and its answers took 50 us each on average
+  // (local_path::flush_if_disk_idle; docs/BENCHMARKS.md, "Fourteenth
+  // round"). A test that checks the iteration's end sets it out of reach.
+  std::chrono::microseconds early_sync_age{100};
 };
 
 class shard {
