@@ -178,6 +178,11 @@ class raft_node::impl {
     // The term whose opening barrier was sent, and the term whose opening
     // barrier this node applied while leading it (leader_ready).
     ::raft_term barrier_term = 0, ready_term = 0;
+    // The role, term and leader last logged (note_role): a change is logged
+    // once, with the log's positions at that moment.
+    int logged_state = -1;
+    ::raft_term logged_term = 0;
+    ::raft_id logged_leader = 0;
     std::uint64_t proposals = 0, apply_calls = 0, restores = 0, restored_bytes = 0;
     std::vector<struct raft_buffer> bufs;  // scratch for raft_apply
     // The configuration a pristine directory is bootstrapped with.
@@ -371,6 +376,11 @@ class raft_node::impl {
   static void on_check(uv_check_t* h) { static_cast<impl*>(h->data)->after_iteration(); }
 
   void after_iteration();
+
+  // Logs a change of this node's role, term or known leader in group g
+  // (info): who led which term, and where each node's log stood, is what a
+  // reader of a failover needs first.
+  void note_role(group& g);
 
   void publish();
 

@@ -205,6 +205,7 @@ void raft_node::impl::after_iteration() {
             {log_number("group", index), {"result", r.ok() ? r.leader : r.message}});
       });
     }
+    note_role(*g);
     open_term(*g);
     fail_stale(*g);
     pop_settled(*g);
@@ -217,6 +218,30 @@ void raft_node::impl::after_iteration() {
     }
   }
   publish();
+}
+
+void raft_node::impl::note_role(group& g) {
+  const int state = raft_state(&g.r);
+  ::raft_id leader = 0;
+  const char* address = nullptr;
+  raft_leader(&g.r, &leader, &address);
+  if (state == g.logged_state && g.r.current_term == g.logged_term && leader == g.logged_leader) {
+    return;
+  }
+  g.logged_state = state;
+  g.logged_term = g.r.current_term;
+  g.logged_leader = leader;
+  const node_config* n = cfg_.node_of(leader);
+  log(log_level::info, k_log,
+      state == RAFT_LEADER      ? "leads the group"
+      : state == RAFT_CANDIDATE ? "stands for election"
+                                : "follows",
+      {log_number("group", g.index),
+       log_number("term", g.r.current_term),
+       {"leader", n != nullptr ? n->id : std::string()},
+       log_number("last_index", raft_last_index(&g.r)),
+       log_number("commit_index", g.r.commit_index),
+       log_number("last_applied", raft_last_applied(&g.r))});
 }
 
 void raft_node::impl::publish() {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/bytes.hpp"
+#include "base/log.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::cluster {
@@ -66,6 +67,8 @@ result<void> replica::open() {
   if (auto r = broker_.recover(); !r.ok()) return r;
   resume_clock(clock_, applied_);
   publish_deadline();
+  log(log_level::info, "cluster", "a replica's store opened",
+      {log_number("applied_index", at->index)});
   return {};
 }
 
@@ -82,7 +85,15 @@ std::string replica::apply(std::uint64_t index, std::string_view bytes) {
   if (r.ok() && !r->has_value()) {
     // Already in the store (raft replays after a restart): nobody waits for
     // this reply.
+    if (skipped_from_ == 0) skipped_from_ = index;
+    skipped_to_ = index;
     return {};
+  }
+  if (skipped_from_ != 0) {
+    log(log_level::info, "cluster", "skipped the entries the store held",
+        {log_number("from_index", skipped_from_), log_number("to_index", skipped_to_),
+         log_number("next_index", index)});
+    skipped_from_ = skipped_to_ = 0;
   }
   if (!r.ok() && (r.code() == errc::unavailable || r.code() == errc::internal)) {
     // The store refused the write, or a read failed: this replica cannot
@@ -147,7 +158,15 @@ void replica::restore(std::string_view snap) {
     if (!p.ok()) local_fault("snapshot", p.err());
     incoming = *p;
   }
-  if (incoming.index != 0 && incoming.index <= applied_.applied().index) return;
+  if (incoming.index != 0 && incoming.index <= applied_.applied().index) {
+    log(log_level::info, "cluster", "a snapshot this store holds: kept the store",
+        {log_number("snapshot_index", incoming.index),
+         log_number("store_index", applied_.applied().index)});
+    return;
+  }
+  log(log_level::info, "cluster", "restoring a snapshot",
+      {log_number("snapshot_index", incoming.index),
+       log_number("store_index", applied_.applied().index), log_number("bytes", snap.size())});
   if (auto w = store_.write(b); !w.ok()) local_fault("restoring a snapshot", w.err());
   if (auto at = applied_.load(); !at.ok()) local_fault("restoring a snapshot", at.err());
   if (auto rec = broker_.recover(); !rec.ok()) local_fault("restoring a snapshot", rec.err());

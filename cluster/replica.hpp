@@ -90,6 +90,9 @@ class replica final : public state_machine {
   applied_fn applied_hook_;
   std::optional<result<log_reply>> last_;
   std::uint64_t restores_ = 0;
+  // A run of entries skipped because the store held them (raft replaying
+  // its log after a restart): first and last index, logged when it ends.
+  std::uint64_t skipped_from_ = 0, skipped_to_ = 0;
   std::atomic<millis> next_deadline_{-1};
   void publish_deadline();
 };

@@ -421,7 +421,8 @@ class consumer : public worker {
                        m.at("attempts").get<std::int64_t>(),
                        m.at("lease_expires_at_ms").get<millis>(),
                        sent,
-                       answered});
+                       answered,
+                       r->header("X-Onceq-Node")});
       }
       h_.deliveries.insert(h_.deliveries.end(), got.begin(), got.end());
       settle_all(got, final_phase, lease_ms);
@@ -505,7 +506,8 @@ class consumer : public worker {
     auto record = [&](const delivery_record& d, o result) {
       if (result == o::rejected && lost_one) result = o::unknown;
       h_.settles.push_back({what, result, d.owner, d.key, d.pos, d.attempts, sent,
-                            result == o::unknown ? 0 : answered});
+                            result == o::unknown ? 0 : answered,
+                            r && result != o::unknown ? r->header("X-Onceq-Node") : std::string()});
     };
     if (!r) {
       for (const auto& d : ds) record(d, o::unknown);

@@ -22,7 +22,7 @@ std::string describe(const delivery_record& d) {
   return "owner " + d.owner + " " + describe(d.pos) + " attempt " + std::to_string(d.attempts) +
          " (consume sent " + std::to_string(d.consume_sent_ms) + ", answered " +
          std::to_string(d.consume_answered_ms) + ", lease until " +
-         std::to_string(d.lease_expires_at_ms) + ")";
+         std::to_string(d.lease_expires_at_ms) + (d.node.empty() ? "" : ", from " + d.node) + ")";
 }
 
 template <class T, class Key>
@@ -86,9 +86,11 @@ std::vector<violation> check(const history& h, const final_key_states& final_key
     // double_ack
     std::set<delivery_id> acked;
     millis first_ack_answer = std::numeric_limits<millis>::max();
+    std::string first_ack_node;
     for (const auto* s : list) {
       if (s->what != settle_record::kind::ack || s->result != settle_record::outcome::ok) continue;
       acked.emplace(s->owner, s->pos, s->attempts);
+      if (s->answered_ms < first_ack_answer) first_ack_node = s->node;
       first_ack_answer = std::min(first_ack_answer, s->answered_ms);
     }
     if (acked.size() > 1) {
@@ -105,6 +107,7 @@ std::vector<violation> check(const history& h, const final_key_states& final_key
       if (x->consume_sent_ms > first_ack_answer) {
         out.push_back({"after_ack", "key " + key + " acked (answered " +
                                         std::to_string(first_ack_answer) +
+                                        (first_ack_node.empty() ? "" : " by " + first_ack_node) +
                                         ") then delivered: " + describe(*x)});
       }
     }

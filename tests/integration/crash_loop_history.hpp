@@ -40,6 +40,7 @@ struct delivery_record {
   millis lease_expires_at_ms = 0;
   millis consume_sent_ms = 0;      // before the consume request was written
   millis consume_answered_ms = 0;  // after its whole answer was read
+  std::string node;                // the answer's X-Onceq-Node ("" when unknown)
 };
 
 // An ack or nack of one delivery, after any retries of the same request.
@@ -58,6 +59,7 @@ struct settle_record {
   std::int64_t attempts = 0;
   millis sent_ms = 0;      // the first attempt
   millis answered_ms = 0;  // the answer that decided `result` (0 if unknown)
+  std::string node;        // that answer's X-Onceq-Node ("" when unknown)
 };
 
 struct history {

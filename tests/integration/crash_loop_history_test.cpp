@@ -21,13 +21,13 @@ class checker : public ::testing::Test {
   // at `sent` and answered 5 ms later, leased for 300 ms.
   void deliver(const std::string& key, const std::string& owner, position pos,
                std::int64_t attempts, millis sent, const std::string& id = "") {
-    h_.deliveries.push_back(
-        {owner, key, id.empty() ? key + ".a" : id, pos, attempts, sent + 300, sent, sent + 5});
+    h_.deliveries.push_back({owner, key, id.empty() ? key + ".a" : id, pos, attempts, sent + 300,
+                             sent, sent + 5, "n1"});
   }
   void settle(k what, o result, const std::string& key, const std::string& owner, position pos,
               std::int64_t attempts, millis sent) {
     h_.settles.push_back(
-        {what, result, owner, key, pos, attempts, sent, result == o::unknown ? 0 : sent + 3});
+        {what, result, owner, key, pos, attempts, sent, result == o::unknown ? 0 : sent + 3, "n1"});
   }
   std::vector<std::string> rules() const {
     std::vector<std::string> out;
