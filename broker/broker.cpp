@@ -299,7 +299,9 @@ void broker::tick() {
   auto& c = *c_;
   const auto now = c.time.now_ms();
   fire_timers(c, now);
-  if (now >= c.next_retention_ms) {
+  // Also when the clock went back more than a period (a stored schedule
+  // from before an adjusted clock); a replica's clock never goes back.
+  if (now >= c.next_retention_ms || c.next_retention_ms - now > k_retention_period_ms) {
     c.next_retention_ms = now + k_retention_period_ms;
     run_retention(c, now);
   }

@@ -161,7 +161,12 @@ class consume_planner {
       if (e.holder && *e.holder != pos) {
         order_table::park(e, pos);
         d.order_parked = true;
-        put_delivery(tx_, t_, g_, pos, d);
+        // A fresh offset needs its record (the cursor moves past it); an
+        // open one has it already, and parking is not stored (recovery
+        // parks again): rewriting it would be a write that changes nothing,
+        // which moves a replica's applied position (one replica parks here
+        // while one that restarted finds it parked already).
+        if (fresh) put_delivery(tx_, t_, g_, pos, d);
         tx_.then([g, pos, d = std::move(d)]() mutable {
           auto okey = d.okey;
           g->parts[pos.partition].open[pos.offset] = std::move(d);
@@ -193,7 +198,7 @@ class consume_planner {
       auto mine = leased_.find(d.scope);
       if (g_.keys.held_by_other(d.scope, pos) || (mine != leased_.end() && mine->second != pos)) {
         d.parked = true;
-        put_delivery(tx_, t_, g_, pos, d);
+        if (fresh) put_delivery(tx_, t_, g_, pos, d);  // as for order_parked above
         tx_.then([g, pos, d = std::move(d)]() mutable {
           auto scope = d.scope;
           g->parts[pos.partition].open[pos.offset] = std::move(d);

@@ -253,6 +253,13 @@ result<void> recover(core& c) {
   } else if (n.code() != errc::not_found) {
     return std::move(n).err();
   }
+  if (auto n = c.store.get(column::meta, st::keys::next_retention()); n.ok()) {
+    auto v = st::decode_u64(*n);
+    if (!v.ok()) return std::move(v).err();
+    c.next_retention_ms = static_cast<millis>(*v);
+  } else if (n.code() != errc::not_found) {
+    return std::move(n).err();
+  }
   std::vector<st::topic_record> recs;
   ONCEQ_TRY(scan_prefix(c.store, column::meta, st::keys::topic_prefix(),
                         [&](std::string_view, std::string_view v) -> result<void> {

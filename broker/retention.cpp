@@ -125,6 +125,11 @@ void run_retention(core& c, millis now) {
       truncate(c, t, p, upto, now, tx);
     }
   });
+  // The next run's time goes with this run's writes (recover reads it).
+  if (c.topics.size() > 0) {
+    tx.batch().put(column::meta, st::keys::next_retention(),
+                   st::encode_u64(static_cast<std::uint64_t>(c.next_retention_ms)));
+  }
   // A failed write changes nothing; the next run tries again.
   [[maybe_unused]] auto ignored = tx.commit(c.store);
 }

@@ -8,8 +8,11 @@
 
 namespace onceq {
 
-// One retention run over every topic, as one txn. A failed write leaves
-// everything for the next run.
+// One retention run over every topic, as one txn, which also stores
+// c.next_retention_ms (set by the caller before the run): the schedule is
+// part of the state, so that replicas that restart at different points run
+// retention at the same entries and stay byte-for-byte equal. A failed
+// write leaves everything for the next run.
 void run_retention(core& c, millis now);
 
 // Plans deleting the messages of t's partition p below upto, with every

@@ -163,6 +163,9 @@ std::string next_topic_id() {
 std::string applied() {
   return "a";
 }
+std::string next_retention() {
+  return "r";
+}
 std::string outbox(std::uint64_t seq) {
   char k[9] = {'o'};
   be64(k + 1, seq);

@@ -239,6 +239,10 @@ std::string cursor_prefix(topic_id t);
 std::string partition_start(topic_id t, std::uint32_t partition);
 std::string partition_start_prefix(topic_id t);
 std::string next_topic_id();
+// When the broker's tick next runs retention (broker/retention.hpp): kept
+// with the state it changes, so that a replica that restarted runs it at
+// the entry the others do.
+std::string next_retention();
 // A replica's applied position in its shard's log (applied_index_store).
 std::string applied();
 // The outbox (outbox_record by sequence), its next sequence, and the
