@@ -17,7 +17,11 @@ result<std::optional<log_reply>> apply_at(broker& b, log_clock& time,
   // The reading the entry runs at, as apply_entry will set it.
   applied.begin({index, std::max(time.now_ms(), e.now_ms)});
   auto r = apply_entry(b, time, e);
-  applied.begin({});
+  // Whatever the command answered, what it wrote is the entry's: one batch.
+  if (auto w = applied.finish(); !w.ok()) {
+    return make_error(errc::unavailable,
+                      "writing log entry " + std::to_string(index) + ": " + w.err().message);
+  }
   if (!r.ok()) return std::move(r).err();
   return std::optional<log_reply>(std::move(*r));
 }

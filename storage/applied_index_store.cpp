@@ -42,13 +42,157 @@ result<applied_position> applied_index_store::load() {
   return p;
 }
 
-result<void> applied_index_store::write(const batch& b) {
-  if (current_.index == 0) return inner_.write(b);  // not applying an entry
-  batch stamped = b;
-  stamped.put(column::meta, keys::applied(), encode_position(current_));
+void applied_index_store::begin(applied_position p) {
+  current_ = p;
+  pending_.clear();
+  for (auto& c : overlay_) {
+    c.point.clear();
+    c.ranges.clear();
+  }
+}
+
+result<void> applied_index_store::finish() {
+  const applied_position p = current_;
+  current_ = {};
+  if (pending_.empty()) return {};
+  batch stamped = std::move(pending_);
+  begin({});
+  stamped.put(column::meta, keys::applied(), encode_position(p));
   auto r = inner_.write(stamped);
-  if (r.ok()) applied_ = current_;
+  if (r.ok()) applied_ = p;
   return r;
+}
+
+result<void> applied_index_store::write(const batch& b) {
+  if (current_.index == 0) {
+    return make_error(errc::failed_precondition,
+                      "a replica's state changes only by applying its log");
+  }
+  for (const auto& o : b.ops()) {
+    auto& c = overlay_[static_cast<int>(o.col)];
+    switch (o.k) {
+      case batch::kind::put:
+        c.point[o.key] = o.value;
+        pending_.put(o.col, o.key, o.value);
+        break;
+      case batch::kind::del:
+        c.point[o.key] = std::nullopt;
+        pending_.del(o.col, o.key);
+        break;
+      case batch::kind::del_range:
+        c.point.erase(c.point.lower_bound(o.key), c.point.lower_bound(o.value));
+        c.ranges.emplace_back(o.key, o.value);
+        pending_.del_range(o.col, o.key, o.value);
+        break;
+    }
+  }
+  return {};
+}
+
+bool applied_index_store::pending_column::in_ranges(std::string_view key) const {
+  for (const auto& [b, e] : ranges) {
+    if (key >= b && key < e) return true;
+  }
+  return false;
+}
+
+std::optional<std::optional<std::string>> applied_index_store::pending_value(
+    column c, std::string_view key) const {
+  const auto& col = overlay_[static_cast<int>(c)];
+  if (auto it = col.point.find(key); it != col.point.end()) return it->second;
+  if (col.in_ranges(key)) return std::optional<std::string>{};
+  return std::nullopt;
+}
+
+result<std::string> applied_index_store::get(column c, std::string_view key) {
+  if (auto v = pending_value(c, key)) {
+    if (!*v) return make_error(errc::not_found, "deleted");
+    return **v;
+  }
+  return inner_.get(c, key);
+}
+
+std::vector<result<std::string>> applied_index_store::multi_get(
+    column c, const std::vector<std::string>& keys) {
+  const auto& col = overlay_[static_cast<int>(c)];
+  if (col.point.empty() && col.ranges.empty()) return inner_.multi_get(c, keys);
+  std::vector<result<std::string>> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(get(c, k));
+  return out;
+}
+
+result<void> applied_index_store::scan(column c, std::string_view begin, std::string_view end,
+                                       const visitor& fn) {
+  const auto& col = overlay_[static_cast<int>(c)];
+  if (col.point.empty() && col.ranges.empty()) return inner_.scan(c, begin, end, fn);
+  // The wrapped store's keys and the entry's own, merged in key order; the
+  // entry's win, and what it deleted is skipped.
+  auto it = col.point.lower_bound(begin);
+  const auto stop = col.point.lower_bound(end);
+  bool go = true;
+  auto emit_pending_below = [&](std::string_view k) {
+    for (; go && it != stop && it->first < k; ++it) {
+      if (it->second) go = fn(it->first, *it->second);
+    }
+  };
+  auto r = inner_.scan(c, begin, end, [&](std::string_view k, std::string_view v) {
+    emit_pending_below(k);
+    if (!go) return false;
+    if (it != stop && it->first == k) {
+      if (it->second) go = fn(k, *it->second);
+      ++it;
+      return go;
+    }
+    if (col.in_ranges(k)) return true;
+    go = fn(k, v);
+    return go;
+  });
+  if (!r.ok()) return r;
+  for (; go && it != stop; ++it) {
+    if (it->second) go = fn(it->first, *it->second);
+  }
+  return {};
+}
+
+result<std::string> applied_index_store::last_key(column c, std::string_view begin,
+                                                  std::string_view end) {
+  const auto& col = overlay_[static_cast<int>(c)];
+  if (col.point.empty() && col.ranges.empty()) return inner_.last_key(c, begin, end);
+  // The entry's last live key in range, and the wrapped store's last one
+  // that the entry did not delete (stepping down past deleted keys).
+  std::optional<std::string> mine;
+  for (auto it = col.point.lower_bound(end); it != col.point.lower_bound(begin);) {
+    --it;
+    if (it->second) {
+      mine = it->first;
+      break;
+    }
+  }
+  std::string below(end);
+  std::optional<std::string> theirs;
+  for (;;) {
+    auto k = inner_.last_key(c, begin, below);
+    if (!k.ok()) {
+      if (k.code() != errc::not_found) return k;
+      break;
+    }
+    if (!pending_value(c, *k)) {
+      theirs = std::move(*k);
+      break;
+    }
+    // Deleted (or replaced) by the entry: look below it, or below the start
+    // of the range that deleted it.
+    below = *k;
+    for (const auto& [rb, re] : col.ranges) {
+      if (below >= rb && below < re) below = std::max<std::string>(rb, std::string(begin));
+    }
+    if (below <= begin) break;
+  }
+  if (!mine && !theirs) return make_error(errc::not_found, "empty range");
+  if (!theirs) return *mine;
+  if (!mine) return *theirs;
+  return std::max(*mine, *theirs);
 }
 
 }  // namespace onceq::storage
