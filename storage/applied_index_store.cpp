@@ -44,7 +44,7 @@ result<applied_position> applied_index_store::load() {
 
 void applied_index_store::begin(applied_position p) {
   current_ = p;
-  pending_.clear();
+  wrote_ = false;
   for (auto& c : overlay_) {
     c.point.clear();
     c.ranges.clear();
@@ -54,11 +54,26 @@ void applied_index_store::begin(applied_position p) {
 result<void> applied_index_store::finish() {
   const applied_position p = current_;
   current_ = {};
-  if (pending_.empty()) return {};
-  batch stamped = std::move(pending_);
+  if (!wrote_) return {};
+  // The entry's writes in one batch: every range it deleted, then each key
+  // it last put or deleted (a key the overlay still holds was written
+  // after any range that covers it), then the position.
+  batch out;
+  for (int i = 0; i < k_column_count; ++i) {
+    for (auto& [b, e] : overlay_[i].ranges) out.del_range(static_cast<column>(i), b, e);
+  }
+  for (int i = 0; i < k_column_count; ++i) {
+    for (auto& [k, v] : overlay_[i].point) {
+      if (v) {
+        out.put(static_cast<column>(i), k, std::move(*v));
+      } else {
+        out.del(static_cast<column>(i), k);
+      }
+    }
+  }
   begin({});
-  stamped.put(column::meta, keys::applied(), encode_position(p));
-  auto r = inner_.write(stamped);
+  out.put(column::meta, keys::applied(), encode_position(p));
+  auto r = inner_.write(out);
   if (r.ok()) applied_ = p;
   return r;
 }
@@ -73,19 +88,17 @@ result<void> applied_index_store::write(const batch& b) {
     switch (o.k) {
       case batch::kind::put:
         c.point[o.key] = o.value;
-        pending_.put(o.col, o.key, o.value);
         break;
       case batch::kind::del:
         c.point[o.key] = std::nullopt;
-        pending_.del(o.col, o.key);
         break;
       case batch::kind::del_range:
         c.point.erase(c.point.lower_bound(o.key), c.point.lower_bound(o.value));
         c.ranges.emplace_back(o.key, o.value);
-        pending_.del_range(o.col, o.key, o.value);
         break;
     }
   }
+  wrote_ = wrote_ || !b.empty();
   return {};
 }
 

@@ -113,7 +113,7 @@ class applied_index_store final : public store {
   store& inner_;
   applied_position current_;
   applied_position applied_;
-  batch pending_;
+  bool wrote_ = false;  // the entry wrote (its overlay holds it all)
   std::array<pending_column, k_column_count> overlay_;
 };
 
