@@ -810,20 +810,32 @@ class onceq_driver final : public clustered_driver {
       nodes_.add(e.name, std::move(argv), dir);
     }
     nodes_.start_all("onceqd listening on", 60s);
-    wait_for_leaders(60s);
+    wait_until_settled(60s);
     read_version(endpoints_[0]);
   }
 
-  void wait_for_leaders(std::chrono::milliseconds timeout) {
+  void wait_until_settled(std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string last;
     for (std::size_t attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
       try {
         const auto view = cluster_view(endpoints_[attempt % endpoints_.size()]);
         const auto& shards = view.at("shards");
-        const bool all = !shards.empty() && std::all_of(shards.begin(), shards.end(), [](auto& sh) {
-          return !leader_in(sh).empty();
-        });
+        // Settled: the first placement made and every shard led by its
+        // preferred leader (the first of its replicas). Placement hands the
+        // leadership over soon after the first election; a run that starts
+        // before would lose the answers in flight at the hand-over and wait
+        // out their leases (30 s) for the redeliveries.
+        const auto meta = view.find("meta");
+        const bool placed = meta == view.end() || meta->value("placed", true);
+        const bool all =
+            placed && !shards.empty() && std::all_of(shards.begin(), shards.end(), [](auto& sh) {
+              const auto leader = leader_in(sh);
+              const auto r = sh.find("replicas");
+              const bool preferred = r == sh.end() || !r->is_array() || r->empty() ||
+                                     r->front().template get<std::string>() == leader;
+              return !leader.empty() && preferred;
+            });
         if (all) return;
         last = view.dump();
       } catch (const std::exception& e) {
@@ -832,7 +844,9 @@ class onceq_driver final : public clustered_driver {
       std::this_thread::sleep_for(50ms);
     }
     throw std::runtime_error(fmt::format(
-        "onceq cluster: no leader on every shard in time; last: {}", last.substr(0, 300)));
+        "onceq cluster: not settled in time (a leader on every shard, its preferred one, after "
+        "the first placement); last: {}",
+        last.substr(0, 300)));
   }
 
   // Finds the shard holding `topic` and its leader (retrying while it has
