@@ -668,8 +668,19 @@ TEST_F(cluster_test, a_group_spec_sets_the_size_of_its_open_segments) {
     }
     return sizes;
   };
-  EXPECT_EQ(open_sizes(0), std::set<std::uintmax_t>{raft_node_options{}.segment_bytes});
-  EXPECT_EQ(open_sizes(1), std::set<std::uintmax_t>{4u << 20});
+  // raft_uv prepares spare open segments on its thread pool: one it has
+  // just created may still be empty (seen under ASan). Wait for them.
+  auto settled = [&](unsigned g) {
+    std::set<std::uintmax_t> sizes;
+    for (int i = 0; i < 200; ++i) {
+      sizes = open_sizes(g);
+      if (!sizes.contains(0)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return sizes;
+  };
+  EXPECT_EQ(settled(0), std::set<std::uintmax_t>{raft_node_options{}.segment_bytes});
+  EXPECT_EQ(settled(1), std::set<std::uintmax_t>{4u << 20});
 }
 
 // Raft 0.15 only carries entries of 8-byte multiples intact: every length
