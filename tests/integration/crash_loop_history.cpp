@@ -46,16 +46,26 @@ void history::append(history&& other) {
 std::vector<violation> check(const history& h, const final_key_states& final_keys) {
   std::vector<violation> out;
 
-  // lost_key
+  // lost_key (with the key's successful acks, when it had any: an ack
+  // answered and then lost, not one never sent)
   std::set<std::string> answered_keys;
   for (const auto& p : h.produces) answered_keys.insert(p.key);
+  std::map<std::string, std::string> acked_ok;
+  for (const auto& s : h.settles) {
+    if (s.what != settle_record::kind::ack || s.result != settle_record::outcome::ok) continue;
+    acked_ok[s.key] += " [" + s.owner + " " + describe(s.pos) + " attempt " +
+                       std::to_string(s.attempts) + ", answered " + std::to_string(s.answered_ms) +
+                       (s.node.empty() ? "" : " by " + s.node) + "]";
+  }
   for (const auto& k : answered_keys) {
     auto it = final_keys.find(k);
     if (it == final_keys.end()) {
       out.push_back({"lost_key", "key " + k + " of an answered produce was not checked"});
     } else if (it->second != "committed") {
+      auto a = acked_ok.find(k);
       out.push_back({"lost_key", "key " + k + " of an answered produce ended '" + it->second +
-                                     "', not committed"});
+                                     "', not committed" +
+                                     (a == acked_ok.end() ? "" : "; acked ok:" + a->second)});
     }
   }
 
