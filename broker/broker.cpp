@@ -210,12 +210,16 @@ result<key_info> broker::get_key(const key_query& q) {
   if (g == nullptr) return info;
   const auto now = c.time.now_ms();
   // Lapsed leases end first, so that a key is not shown as leased past its
-  // deadline; if the store refuses that write the answer is still right:
-  // the lease check below compares deadlines.
+  // deadline; if the store refuses that write (a replica's store refuses
+  // every write outside its log's entries) the answer is still right: the
+  // lease check below compares deadlines.
   fire_timers(c, now);
   auto scope = st::keys::idem_key(t->rec.id, g->id, q.tenant_id, q.key);
   if (const auto* h = g->keys.holder(scope)) {
-    if (const auto* d = g->find(*h)) {
+    const auto* d = g->find(*h);
+    const bool lapsed =
+        d != nullptr && d->state == st::delivery_state::leased && d->lease_deadline_ms <= now;
+    if (d != nullptr && !lapsed) {
       info.st = key_info::state::leased;
       info.owner = d->owner;
       info.partition = h->partition;

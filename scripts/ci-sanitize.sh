@@ -20,7 +20,7 @@ BUILD_DIR="$build_dir" bash scripts/sanitize-build.sh
 # build's run: they count kills per wall-clock second, and a sanitized
 # onceqd starts several times slower, so under ASan they measure the
 # machine, not onceq. The cluster's crash loop runs here with 10 kills
-# instead of 20 (tests/integration/CMakeLists.txt). The packaging test packs the release binaries. One job
-# per core, as scripts/test.sh.
+# instead of 20 (tests/integration/CMakeLists.txt). The packaging test
+# packs the release binaries. One job per core, as scripts/test.sh.
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" \
   -E 'crash_loop_(test|two_shards_test|catches_rollback|pipeline|ordering|cluster_moves)' -LE 'packaging|cluster_pipeline'

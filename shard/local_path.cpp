@@ -17,11 +17,12 @@ constexpr auto k_idle_wait = std::chrono::milliseconds(200);
 // How often the loop asks a store that refuses writes to resume.
 constexpr auto k_resume_every = std::chrono::milliseconds(500);
 // A round goes to an idle syncer before the iteration ends once it is about
-// one WAL sync old (shard_options::early_sync_age) and its answers took k_early_answer_cost each on
-// average: long commands (batches of 100 messages: 300+ us each), whose sync then overlaps the next
-// ones. Many cheap answers (64 connections of one message each, 16 us) wait for the iteration's end
-// instead: a sync of its own for the first few of them cost more CPU than the overlap saved
-// (docs/BENCHMARKS.md, "Fourteenth round").
+// one WAL sync old (shard_options::early_sync_age) and its answers took
+// k_early_answer_cost each on average: long commands (batches of 100
+// messages: 300+ us each), whose sync then overlaps the next ones. Many
+// cheap answers (64 connections of one message each, 16 us) wait for the
+// iteration's end instead: a sync of its own for the first few of them cost
+// more CPU than the overlap saved (docs/BENCHMARKS.md, "Fourteenth round").
 constexpr auto k_early_answer_cost = std::chrono::microseconds(50);
 // Runs of a request's step with reads from memory before one that may
 // read from the disk on the loop (run_reading): each miss first goes to the

@@ -428,5 +428,39 @@ TEST(ReplicaStore, AReplicaWritesWhatAPlainBrokerWrites) {
   }
 }
 
+// A read on a replica may not end a lapsed lease (its store refuses writes
+// outside an entry: the leader's tick ends it on every replica), and still
+// does not show the key leased past the lease's deadline.
+TEST(ReplicaStore, AKeyIsNotShownLeasedPastItsLeaseOnAReplica) {
+  node rep;
+  auto apply = [&, i = std::uint64_t{0}](millis at, log_command cmd) mutable {
+    rep.r->apply(++i, encode_entry(log_entry{at, std::move(cmd)}));
+    auto r = rep.r->take_reply();
+    EXPECT_TRUE(r && r->ok());
+  };
+  topic_settings ts;
+  ts.lease_ms = 300;
+  apply(k_start_ms, create_topic_cmd{k_topic, 1, ts});
+  message_in m;
+  m.value = "v";
+  m.idempotency_key = "k";
+  apply(k_start_ms, produce_cmd{k_topic, {m}, "a", {}});
+  apply(k_start_ms, consume_cmd{k_topic, k_group, "c", 300, 1, std::nullopt});
+  const key_query q{k_topic, k_group, "k", ""};
+  auto held = rep.r->core().get_key(q);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->st, key_info::state::leased);
+  // An entry that moves the clock past the lease, and no tick yet.
+  m.idempotency_key = "other";
+  apply(k_start_ms + 301, produce_cmd{k_topic, {m}, "b", {}});
+  auto after = rep.r->core().get_key(q);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->st, key_info::state::none);
+  // The read wrote nothing: the next entry's tick still ends the lease.
+  const auto position = rep.r->applied();
+  apply(k_start_ms + 302, tick_cmd{});
+  EXPECT_GT(rep.r->applied().index, position.index);
+}
+
 }  // namespace
 }  // namespace onceq::cluster
