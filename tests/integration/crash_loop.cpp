@@ -769,6 +769,7 @@ struct run_outcome {
   final_key_states keys;
   std::vector<std::string> unexpected;  // the harness's own reads
   std::vector<std::string> figure_lines;
+  std::vector<std::string> detail_lines;  // printed after the violations
 };
 
 // A run's exit status, said on stdout: 1 for violations, 2 when it is
@@ -830,6 +831,7 @@ int report(const config& cfg, workload::result& w, run_outcome& o, double elapse
     if (++shown > 20) break;
     std::cout << "  VIOLATION " << v.rule << ": " << v.detail << "\n";
   }
+  for (const auto& l : o.detail_lines) std::cout << "  " << l << "\n";
   return verdict(cfg, o, !violations.empty(),
                  f.produces_answered > 0 && f.acks_ok > 0 && f.redeliveries > 0);
 }
@@ -853,6 +855,23 @@ void read_keys(const history& h, const config& cfg, const getter& get, run_outco
     }
     failures_in_a_row = 0;
     o.keys[k] = r->json().at("state").get<std::string>();
+  }
+}
+
+// The events the serving replica kept for the first keys the final check
+// found not committed (the cluster's topics keep key history): whether
+// that replica saw the key's commit, and what came after it.
+void read_lost_key_histories(const config& cfg, const getter& get, run_outcome& o) {
+  constexpr int k_shown = 5;
+  int shown = 0;
+  for (const auto& [key, state] : o.keys) {
+    if (state == "committed") continue;
+    if (++shown > k_shown) break;
+    auto r = get("/v1/keys/history?topic=" + topic_of_key(key, cfg) +
+                 "&group=" + std::string(k_group) + "&key=" + key);
+    o.detail_lines.push_back(
+        "key history of " + key + ": " +
+        (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")));
   }
 }
 
@@ -1079,13 +1098,18 @@ class cluster_asker {
   connection conn_;
 };
 
-// Creates a topic in a cluster and polls GET /v1/cluster until a node lists
-// it; its shard, or nullopt with why.
+// Creates a topic in a cluster, with key history (read_lost_key_histories),
+// and polls GET /v1/cluster until a node lists it; its shard, or nullopt
+// with why.
 std::optional<unsigned> create_cluster_topic(cluster_asker& ask, const std::string& name,
                                              std::string& why) {
-  auto r = ask(
-      "POST", "/v1/topics",
-      {{"name", name}, {"partitions", 4}, {"lease_ms", 300}, {"dedup_window_ms", 3'600'000}}, 30s);
+  auto r = ask("POST", "/v1/topics",
+               {{"name", name},
+                {"partitions", 4},
+                {"lease_ms", 300},
+                {"dedup_window_ms", 3'600'000},
+                {"key_history", true}},
+               30s);
   // 200: an earlier attempt without answer had created it.
   if (!r || (r->status != 201 && r->status != 200)) {
     why = "create topic " + name + ": " +
@@ -1454,6 +1478,7 @@ int run_cluster(config cfg) {
   // survive it too.
   if (killer.setup_error.empty() && killer.final_kill(cfg.topic(0), o)) {
     read_keys(result.h, cfg, get, o);
+    read_lost_key_histories(cfg, get, o);
   }
   if (!killer.setup_error.empty()) return cluster_setup_failure(*lc, killer.setup_error);
 
