@@ -100,6 +100,7 @@ std::string replica::apply(std::uint64_t index, std::string_view bytes) {
     // go on; the command changed nothing here.
     local_fault(fmt::format("applying log entry {}", index), r.err());
   }
+  if (trace_) trace_(index, tag_of(e->cmd), applied_.last_digest());
   result<log_reply> out =
       r.ok() ? result<log_reply>(std::move(**r)) : result<log_reply>(std::move(r).err());
   publish_deadline();

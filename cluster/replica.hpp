@@ -57,6 +57,13 @@ class replica final : public state_machine {
 
   void on_applied(applied_fn fn) { applied_hook_ = std::move(fn); }
 
+  // Called on the loop thread after each entry applied (not after one
+  // skipped), with its index, its tag and the digest of what it wrote
+  // (applied_index_store::last_digest, 0 for nothing): onceqd's
+  // --apply-trace, which the cluster crash loops compare across replicas.
+  using trace_fn = std::function<void(std::uint64_t index, log_tag, std::uint64_t digest)>;
+  void on_trace(trace_fn fn) { trace_ = std::move(fn); }
+
   // The typed result of the entry applied last, once (render_fn null). A
   // propose callback runs right after the apply of its entry, before the
   // next entry is applied (raft_node.hpp), so it takes its own entry's
@@ -88,6 +95,7 @@ class replica final : public state_machine {
   broker broker_;
   render_fn render_;
   applied_fn applied_hook_;
+  trace_fn trace_;
   std::optional<result<log_reply>> last_;
   std::uint64_t restores_ = 0;
   // A run of entries skipped because the store held them (raft replaying

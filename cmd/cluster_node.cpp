@@ -1,7 +1,9 @@
 #include "cmd/cluster_node.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <utility>
@@ -110,6 +112,21 @@ result<std::unique_ptr<cluster_node>> cluster_node::open(cmd::config& cfg) {
     n->stores_.push_back(std::move(*opened));
     n->replicas_.push_back(std::make_unique<cluster::replica>(*n->stores_.back(),
                                                               &http::json_inspector(), cfg.broker));
+    if (cfg.apply_trace) {
+      const std::string path = fmt::format("{}/apply-trace-{}.log", cfg.storage.data_dir, g);
+      std::FILE* f = std::fopen(path.c_str(), "a");
+      if (f == nullptr) {
+        return make_error(errc::unavailable,
+                          fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+      }
+      n->traces_.emplace_back(f);
+      // One write(2) per line: a kill -9 keeps every line written.
+      n->replicas_.back()->on_trace([f](std::uint64_t index, log_tag tag, std::uint64_t digest) {
+        std::fprintf(f, "%llu %u %016llx\n", static_cast<unsigned long long>(index),
+                     static_cast<unsigned>(tag), static_cast<unsigned long long>(digest));
+        std::fflush(f);
+      });
+    }
     if (auto r = n->replicas_.back()->open(); !r.ok()) {
       return make_error(r.err().code,
                         fmt::format("recovery of shard {} failed: {}", g, r.err().message));

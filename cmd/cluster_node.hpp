@@ -14,6 +14,7 @@
 // the cluster_view members from any thread.
 
 #include <condition_variable>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,12 @@ class cluster_node final : public http::cluster_view {
   unsigned snapshot_every_;
   std::size_t segment_bytes_;  // a shard group's open segments (--raft-segment-mib)
   bool join_;                  // --join: bootstrap nothing
+  struct file_closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  // --apply-trace: each shard's trace file, written by its replica on the
+  // raft thread (declared first: it outlives the replicas).
+  std::vector<std::unique_ptr<std::FILE, file_closer>> traces_;
   std::vector<std::unique_ptr<storage::rocksdb_store>> stores_;
   std::vector<std::unique_ptr<cluster::replica>> replicas_;
   std::vector<std::unique_ptr<cluster::shard_group>> groups_;

@@ -272,6 +272,9 @@ std::unique_ptr<CLI::App> make_app(config& c) {
   a.add_flag("--join", c.join,
              "cluster: this node was added to the file of a running cluster:\nbootstrap no "
              "Raft group, wait to be added (default off)");
+  a.add_flag("--apply-trace", c.apply_trace,
+             "cluster: log each applied entry's index, tag and write digest\nto "
+             "<data-dir>/apply-trace-<shard>.log, to compare replicas (default off)");
   a.add_flag("--access-log", c.http.access_log,
              "log every request: method, path, query keys, status,\nduration, bytes, request id "
              "(default off)");

@@ -50,6 +50,10 @@ struct config {
   // it bootstraps no Raft group and waits for the meta group's leader to
   // add it (docs/OPERATIONS.md, "Adding nodes").
   bool join = false;  // Default: off
+  // --apply-trace: every shard replica of this node appends "index tag
+  // digest" to <data-dir>/apply-trace-<shard>.log for each entry it applies
+  // (a diagnostic: replicas that parted differ at some index).
+  bool apply_trace = false;  // Default: off
   http::http_options http;
   millis shutdown_grace_ms = 10'000;  // Default: 10 s for open requests at SIGTERM
   // Bearer tokens, scopes and topics (docs/SECURITY.md); reread on SIGHUP.

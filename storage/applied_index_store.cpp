@@ -1,6 +1,7 @@
 #include "storage/applied_index_store.hpp"
 
 #include "base/bytes.hpp"
+#include "base/hash.hpp"
 #include "storage/schema.hpp"
 
 namespace onceq::storage {
@@ -8,6 +9,17 @@ namespace onceq::storage {
 namespace {
 
 constexpr std::uint8_t k_applied_version = 1;
+
+// Order-sensitive: the batch's operations in the order finish() made them.
+std::uint64_t digest_of(const batch& b) {
+  std::uint64_t h = hash_detail::k0;
+  for (const auto& o : b.ops()) {
+    const std::uint64_t kind =
+        (static_cast<std::uint64_t>(o.k) << 8) | static_cast<std::uint64_t>(o.col);
+    h = hash_detail::mix(h ^ hash_bytes(o.key) ^ kind, hash_bytes(o.value) ^ hash_detail::k2);
+  }
+  return h == 0 ? 1 : h;
+}
 
 std::string encode_position(const applied_position& p) {
   byte_writer w;
@@ -54,6 +66,7 @@ void applied_index_store::begin(applied_position p) {
 result<void> applied_index_store::finish() {
   const applied_position p = current_;
   current_ = {};
+  digest_ = 0;
   if (!wrote_) return {};
   // The entry's writes in one batch: every range it deleted, then each key
   // it last put or deleted (a key the overlay still holds was written
@@ -73,6 +86,7 @@ result<void> applied_index_store::finish() {
   }
   begin({});
   out.put(column::meta, keys::applied(), encode_position(p));
+  digest_ = digest_of(out);
   auto r = inner_.write(out);
   if (r.ok()) applied_ = p;
   return r;

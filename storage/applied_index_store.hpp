@@ -66,6 +66,12 @@ class applied_index_store final : public store {
   result<void> finish();
   // The last position a write recorded (or load() read).
   applied_position applied() const noexcept { return applied_; }
+  // A digest of what the last finish() wrote (its whole batch, with the
+  // position); 0 when its entry wrote nothing. Replicas that apply the
+  // same entry to the same state write the same batch, so two digests of
+  // one index that differ say that their states parted (cluster/replica's
+  // apply trace).
+  std::uint64_t last_digest() const noexcept { return digest_; }
 
   // Inside an entry: gathered (always ok). Outside: refused,
   // errc::failed_precondition.
@@ -114,6 +120,7 @@ class applied_index_store final : public store {
   applied_position current_;
   applied_position applied_;
   bool wrote_ = false;  // the entry wrote (its overlay holds it all)
+  std::uint64_t digest_ = 0;
   std::array<pending_column, k_column_count> overlay_;
 };
 

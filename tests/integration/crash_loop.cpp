@@ -42,6 +42,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -49,6 +50,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -770,6 +772,8 @@ struct run_outcome {
   std::vector<std::string> unexpected;  // the harness's own reads
   std::vector<std::string> figure_lines;
   std::vector<std::string> detail_lines;  // printed after the violations
+  // A cluster's replicas compared (compare_replicas): where they parted.
+  std::vector<violation> replicas;
 };
 
 // A run's exit status, said on stdout: 1 for violations, 2 when it is
@@ -792,7 +796,8 @@ int verdict(const config& cfg, const run_outcome& o, bool violated, bool loaded)
 
 // Checks and prints; the exit status of the run.
 int report(const config& cfg, workload::result& w, run_outcome& o, double elapsed) {
-  auto violations = check(w.h, o.keys);
+  auto violations = o.replicas;
+  for (auto& v : check(w.h, o.keys)) violations.push_back(std::move(v));
   for (const auto& u : w.unexpected) violations.push_back({"unexpected_status", u});
   for (const auto& u : o.unexpected) violations.push_back({"unexpected_status", u});
   if (!o.drain_ok) {
@@ -1044,6 +1049,8 @@ std::unique_ptr<local_cluster> start_cluster(const config& cfg, std::string& why
     lo.shards = cfg.shards;
     lo.onceqd = cfg.onceqd;
     lo.root = cfg.data_dir;
+    // Every replica traces what each entry wrote: compare_replicas.
+    lo.extra_args = {"--apply-trace"};
     if (cfg.replicas > 0) {
       // dead_after_ms = 0: the kills are short; the moves are the killer's.
       lo.file_head = "replicas = " + std::to_string(cfg.replicas) + "\ndead_after_ms = 0\n";
@@ -1054,6 +1061,34 @@ std::unique_ptr<local_cluster> start_cluster(const config& cfg, std::string& why
     return nullptr;
   }
   return lc;
+}
+
+// The apply traces of every node (onceqd --apply-trace), compared shard by
+// shard: a replica whose writes differed from another's at some index has
+// a state that parted from it there (first listed first).
+std::vector<violation> compare_replicas(const local_cluster& lc) {
+  namespace fs = std::filesystem;
+  std::map<std::string, std::vector<apply_trace>> by_shard;  // file name -> traces
+  for (std::size_t i = 0; i < lc.size(); ++i) {
+    const std::string& id = lc.member(i).id;
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(fs::path(lc.root()) / id, ec)) {
+      const std::string name = f.path().filename().string();
+      if (!name.starts_with("apply-trace-")) continue;
+      std::ifstream in(f.path());
+      std::ostringstream text;
+      text << in.rdbuf();
+      by_shard[name].push_back({id, text.str()});
+    }
+  }
+  std::vector<violation> out;
+  for (const auto& [name, traces] : by_shard) {
+    for (auto& v : compare_apply_traces(traces)) {
+      v.detail = name + ": " + v.detail;
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
 }
 
 // Prints why a cluster run could not go on, keeps its data; exit status 3.
@@ -1481,6 +1516,7 @@ int run_cluster(config cfg) {
     read_lost_key_histories(cfg, get, o);
   }
   if (!killer.setup_error.empty()) return cluster_setup_failure(*lc, killer.setup_error);
+  o.replicas = compare_replicas(*lc);
 
   for (auto& l : killer.figure_lines()) o.figure_lines.push_back(std::move(l));
   o.figure_lines.push_back("answers 503 / no answer     " + std::to_string(result.unavailable) +
@@ -2045,6 +2081,8 @@ struct pipeline_env {
   std::function<std::string()> setup_error;
   std::function<int(const std::string&)> setup_failure;  // prints why; 3
   std::function<std::vector<std::string>()> figure_lines;
+  // A cluster's replicas compared (compare_replicas); null on one node.
+  std::function<std::vector<violation>()> compare_replicas;
   std::string title;  // after "--pipeline, seed S"
 };
 
@@ -2107,7 +2145,8 @@ int run_pipeline_phases(const config& cfg, shared_state& s, pipeline_env& env,
   if (!env.setup_error().empty()) return env.setup_failure(env.setup_error());
 
   std::vector<std::string> flagged;
-  auto violations = check_pipeline(cfg, h, audit, flagged);
+  auto violations = env.compare_replicas ? env.compare_replicas() : std::vector<violation>{};
+  for (auto& v : check_pipeline(cfg, h, audit, flagged)) violations.push_back(std::move(v));
   if (!o.drain_ok) {
     violations.push_back(
         {"not_drained", "group g of the three steps still had backlog or inflight after " +
@@ -2319,6 +2358,7 @@ int run_pipeline_cluster(config cfg) {
                     std::to_string(shard[2]) + ")");
     return lines;
   };
+  env.compare_replicas = [&] { return compare_replicas(*lc); };
   env.title = ", --cluster " + std::to_string(cfg.cluster);
   const int status = run_pipeline_phases(cfg, s, env, clock);
   if (status == 1) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
@@ -202,6 +203,76 @@ figures count(const history& h, const final_key_states& final_keys) {
       f.key_duplicates_suppressed += set.size() - 1;
   }
   return f;
+}
+
+namespace {
+
+struct traced {
+  unsigned tag = 0;
+  std::string digest;
+};
+
+// index -> what the node applied there (the first time), and the indexes
+// it applied twice with another digest.
+std::map<std::uint64_t, traced> parse_trace(const apply_trace& t, std::vector<violation>& out,
+                                            std::size_t& replays_differ, std::size_t listed) {
+  std::map<std::uint64_t, traced> at;
+  std::istringstream in(t.text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::uint64_t index = 0;
+    traced e;
+    std::string rest;
+    if (!(fields >> index >> e.tag >> e.digest) || (fields >> rest) || e.digest.size() != 16) {
+      continue;
+    }
+    auto [it, fresh] = at.emplace(index, e);
+    if (fresh || it->second.digest == e.digest) continue;
+    if (++replays_differ <= listed) {
+      out.push_back({"replay_differs", t.node + " applied index " + std::to_string(index) +
+                                           " (tag " + std::to_string(e.tag) + ") twice: wrote " +
+                                           it->second.digest + ", then " + e.digest});
+    }
+  }
+  return at;
+}
+
+}  // namespace
+
+std::vector<violation> compare_apply_traces(const std::vector<apply_trace>& traces,
+                                            std::size_t listed) {
+  std::vector<violation> out;
+  std::size_t replays_differ = 0;
+  std::vector<std::map<std::uint64_t, traced>> parsed;
+  for (const auto& t : traces) parsed.push_back(parse_trace(t, out, replays_differ, listed));
+  if (replays_differ > listed && !out.empty()) {
+    out.back().detail += " (" + std::to_string(replays_differ) + " replayed indexes differ in all)";
+  }
+  // Every index some node applied, with each node's digest of it.
+  std::map<std::uint64_t, std::vector<std::pair<std::size_t, const traced*>>> by_index;
+  for (std::size_t n = 0; n < parsed.size(); ++n) {
+    for (const auto& [index, e] : parsed[n]) by_index[index].emplace_back(n, &e);
+  }
+  std::size_t parted = 0;
+  for (const auto& [index, seen] : by_index) {
+    bool differ = false;
+    for (const auto& [n, e] : seen) differ = differ || e->digest != seen.front().second->digest;
+    if (!differ) continue;
+    if (++parted > listed) continue;
+    std::string detail = "index " + std::to_string(index) + " (tag " +
+                         std::to_string(seen.front().second->tag) + "):";
+    for (const auto& [n, e] : seen) detail += " " + traces[n].node + " wrote " + e->digest;
+    out.push_back({"replicas_parted", std::move(detail)});
+  }
+  if (parted > listed) {
+    for (auto it = out.rbegin(); it != out.rend(); ++it) {
+      if (it->rule != "replicas_parted") continue;
+      it->detail += " (" + std::to_string(parted) + " indexes differ in all)";
+      break;
+    }
+  }
+  return out;
 }
 
 }  // namespace onceq::itest::crash_loop

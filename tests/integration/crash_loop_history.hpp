@@ -111,4 +111,22 @@ std::vector<violation> check(const history& h, const final_key_states& final_key
 
 figures count(const history& h, const final_key_states& final_keys);
 
+// One node's apply trace of one shard (onceqd --apply-trace): a line
+// "index tag digest" for each entry its replica applied, the digest of what
+// the entry wrote. Lines that do not parse (one being written) are skipped.
+struct apply_trace {
+  std::string node;
+  std::string text;
+};
+
+// Compares the traces of one shard's replicas:
+//  replay_differs   one node applied an index twice (a restart replayed it)
+//                   and wrote something else the second time
+//  replicas_parted  two nodes applied an index and wrote different things:
+//                   from there their states differ
+// At most `listed` violations of each rule, earliest index first; the last
+// listed one says how many indexes differ in all.
+std::vector<violation> compare_apply_traces(const std::vector<apply_trace>& traces,
+                                            std::size_t listed = 5);
+
 }  // namespace onceq::itest::crash_loop

@@ -135,5 +135,50 @@ TEST_F(checker, one_dedup_id_at_two_positions) {
   EXPECT_EQ(rules(), rules_t{"id_moved"});
 }
 
+// ---- apply traces (onceqd --apply-trace) ----
+
+std::vector<std::string> rules_of(const std::vector<violation>& vs) {
+  std::vector<std::string> out;
+  for (const auto& v : vs) out.push_back(v.rule);
+  return out;
+}
+
+TEST(apply_traces, replicas_that_wrote_alike_agree) {
+  // n2 was down for 3..4 and replayed 2 after its restart; n3 is behind.
+  const std::vector<apply_trace> t = {
+      {"n1",
+       "1 3 00000000000000aa\n2 5 00000000000000bb\n3 5 0000000000000000\n"
+       "4 1 00000000000000cc\n"},
+      {"n2",
+       "1 3 00000000000000aa\n2 5 00000000000000bb\n2 5 00000000000000bb\n"
+       "4 1 00000000000000cc\n5 1 00000000000000dd\n"},
+      {"n3", "1 3 00000000000000aa\n2 5 00000000000000bb\n3 5 0000000000000000\n4 1 "},
+  };
+  EXPECT_TRUE(compare_apply_traces(t).empty());
+}
+
+TEST(apply_traces, a_digest_that_differs_is_where_the_replicas_parted) {
+  const std::vector<apply_trace> t = {
+      {"n1", "1 3 00000000000000aa\n2 5 00000000000000bb\n3 1 00000000000000cc\n"},
+      {"n2", "1 3 00000000000000aa\n2 5 00000000000000be\n3 1 00000000000000cd\n"},
+  };
+  const auto v = compare_apply_traces(t, 1);
+  ASSERT_EQ(rules_of(v), std::vector<std::string>{"replicas_parted"});
+  EXPECT_NE(v[0].detail.find("index 2 (tag 5): n1 wrote 00000000000000bb n2 wrote "
+                             "00000000000000be"),
+            std::string::npos)
+      << v[0].detail;
+  EXPECT_NE(v[0].detail.find("2 indexes differ in all"), std::string::npos) << v[0].detail;
+}
+
+TEST(apply_traces, a_replay_that_wrote_something_else) {
+  const std::vector<apply_trace> t = {
+      {"n1", "7 5 00000000000000aa\n8 5 00000000000000bb\n7 5 00000000000000ab\n"},
+  };
+  const auto v = compare_apply_traces(t);
+  ASSERT_EQ(rules_of(v), std::vector<std::string>{"replay_differs"});
+  EXPECT_NE(v[0].detail.find("n1 applied index 7 (tag 5) twice"), std::string::npos) << v[0].detail;
+}
+
 }  // namespace
 }  // namespace onceq::itest::crash_loop

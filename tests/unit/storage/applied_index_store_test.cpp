@@ -79,6 +79,26 @@ TEST_F(AppliedIndexStoreTest, AnEntryThatWritesNothingMovesNothing) {
   EXPECT_EQ(s_.applied().index, 0u);
 }
 
+// The digest of what an entry wrote (the apply trace's): equal for equal
+// writes at the same position, different for any other value or position.
+TEST_F(AppliedIndexStoreTest, AnEntrysDigestNamesWhatItWrote) {
+  auto digest_of = [](std::uint64_t index, const std::string& value) {
+    memory_store inner;
+    applied_index_store s(inner);
+    s.begin({index, 1'000});
+    EXPECT_TRUE(s.write(put("a", value)).ok());
+    EXPECT_TRUE(s.finish().ok());
+    return s.last_digest();
+  };
+  EXPECT_NE(digest_of(7, "1"), 0u);
+  EXPECT_EQ(digest_of(7, "1"), digest_of(7, "1"));
+  EXPECT_NE(digest_of(7, "1"), digest_of(7, "2"));
+  EXPECT_NE(digest_of(7, "1"), digest_of(8, "1"));
+  s_.begin({3, 10});
+  ASSERT_TRUE(s_.finish().ok());
+  EXPECT_EQ(s_.last_digest(), 0u) << "an entry that wrote nothing";
+}
+
 TEST_F(AppliedIndexStoreTest, ReadsInsideAnEntrySeeItsWritesInOrder) {
   s_.begin({1, 1});
   ASSERT_TRUE(s_.write(put("e", "new-e")).ok());
