@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "broker/core.hpp"
 #include "broker/delivery.hpp"
@@ -28,6 +29,14 @@ namespace {
 void fire_timers(core& c, millis now) {
   auto due = c.timers.take_due(now);
   if (due.empty()) return;
+  // In one order on every replica: the heap's order among timers due at the
+  // same time follows the order they were pushed in, which a replica that
+  // restarted (its timers pushed by recovery) does not share, and the order
+  // of expiries decides, e.g., the offsets of their dead letters.
+  std::sort(due.begin(), due.end(), [](const timer& a, const timer& b) {
+    return std::tie(a.at, a.kind, a.topic, a.group, a.pos, a.last) <
+           std::tie(b.at, b.kind, b.topic, b.group, b.pos, b.last);
+  });
   txn tx;
   std::set<std::tuple<st::topic_id, st::group_id, position>> touched;
   bool ok = true;

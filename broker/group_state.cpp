@@ -37,10 +37,16 @@ bool group_state::schedule(st::topic_id topic, position p, open_delivery& d, mil
                            timer_queue& timers) {
   d.state = st::delivery_state::pending;
   if (d.parked || d.order_parked) return false;
+  auto& ready = parts[p.partition].ready;
   if (d.not_before_ms <= now) {
-    parts[p.partition].ready.insert(p.offset);
+    ready.insert(p.offset);
     return true;
   }
+  // Not ready before its time, even if it was (a nack's delay on a message
+  // that waited in `ready` after its lease lapsed): its timer readies it.
+  // A replica that restarted rebuilds `ready` from the records alone, so a
+  // stale entry kept here would deliver early on one replica only.
+  ready.erase(p.offset);
   timers.push(timer{d.not_before_ms, timer_kind::due, topic, id, p});
   return false;
 }

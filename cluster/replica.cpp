@@ -64,8 +64,10 @@ replica::replica(storage::store& store, const message_inspector* inspector, brok
 result<void> replica::open() {
   auto at = applied_.load();
   if (!at.ok()) return std::move(at).err();
-  if (auto r = broker_.recover(); !r.ok()) return r;
+  // The clock first: recovery schedules what is due by it (ready now, or a
+  // timer), as the replica that never stopped had it at that entry.
   resume_clock(clock_, applied_);
+  if (auto r = broker_.recover(); !r.ok()) return r;
   publish_deadline();
   log(log_level::info, "cluster", "a replica's store opened",
       {log_number("applied_index", at->index)});
@@ -170,8 +172,8 @@ void replica::restore(std::string_view snap) {
        log_number("store_index", applied_.applied().index), log_number("bytes", snap.size())});
   if (auto w = store_.write(b); !w.ok()) local_fault("restoring a snapshot", w.err());
   if (auto at = applied_.load(); !at.ok()) local_fault("restoring a snapshot", at.err());
-  if (auto rec = broker_.recover(); !rec.ok()) local_fault("restoring a snapshot", rec.err());
   resume_clock(clock_, applied_);
+  if (auto rec = broker_.recover(); !rec.ok()) local_fault("restoring a snapshot", rec.err());
   publish_deadline();
   ++restores_;
   if (applied_hook_) applied_hook_(log_tag::tick, {});

@@ -143,6 +143,27 @@ TEST_F(BrokerTest, NackRedeliversAfterDelayWithReason) {
   EXPECT_EQ(stats("t", "g").nacked, 1u);
 }
 
+// A message whose lease lapsed waits, ready, for a consumer; its owner may
+// still nack it (nobody else got it since), and the nack's delay must hold.
+// It used to stay ready and went out at once: a replica restarted from its
+// store had no such entry and delivered something else (the cluster crash
+// loop's parted replicas, docs/RELIABILITY.md).
+TEST_F(BrokerTest, ANacksDelayHoldsForAMessageThatWaitedReadyAfterItsLeaseLapsed) {
+  create("t");
+  produce("t", "x");
+  auto d = consume("t", "g", "a", 1, 1000);
+  ASSERT_EQ(d.size(), 1u);
+  advance(1000);    // the lease lapses: a backoff starts
+  advance(60'000);  // the backoff is over: the message waits, ready
+  ASSERT_TRUE(nack(d[0], "g", "a", 5000, "later").ok());
+  EXPECT_TRUE(consume("t", "g", "b").empty()) << "delivered before its nack's delay";
+  advance(4999);
+  EXPECT_TRUE(consume("t", "g", "b").empty());
+  advance(1);
+  auto again = consume("t", "g", "b");
+  expect_redelivered(again, 2, "later");
+}
+
 TEST_F(BrokerTest, NackedMessageDoesNotBlockItsPartition) {
   create("t");
   produce("t", "first");

@@ -91,11 +91,17 @@ class workload {
   explicit workload(std::uint64_t seed, bool wide = false) : rng_(seed), wide_(wide) {}
 
   log_entry next() {
-    now_ += pick(41);
+    // Some stretches as dense as a loaded leader's (entries a millisecond
+    // apart, so that a nack's short delay spans several), some sparse.
+    now_ += dense_ ? pick(3) : pick(41);
+    if (pick(200) == 0) dense_ = !dense_;
     if (!created_) {
       created_ = true;
       topic_settings s;
       s.lease_ms = 300;
+      // The crash loop's topics back off too: a lapsed lease's message
+      // waits before it is ready again, and its owner may still settle it.
+      s.backoff_ms = 200;
       s.dedup_window_ms = 3'600'000;
       return {now_, create_topic_cmd{k_topic, 4, s}};
     }
@@ -217,7 +223,12 @@ class workload {
       std::erase_if(held_, [&](const held& x) { return x.owner == h.owner; });
       return tick_cmd{};
     }
-    if (roll < 15) return nack_cmd{ref(h.d, h.owner), "nack", pick(31)};
+    if (roll < 15) {
+      // Mostly short delays; now and then one longer than many entries, so
+      // that a consume comes while it runs (even of a message whose lease
+      // lapsed and which waited, ready, for its redelivery).
+      return nack_cmd{ref(h.d, h.owner), "nack", pick(4) == 0 ? pick(3001) : pick(31)};
+    }
     if (roll < 20) return extend_cmd{ref(h.d, h.owner), 200 + pick(301)};
     if (roll < 40) {
       // A batch ack of this and the owner's other deliveries.
@@ -248,6 +259,7 @@ class workload {
  private:
   std::mt19937_64 rng_;
   bool wide_ = false;
+  bool dense_ = false;
   millis now_ = k_start_ms;
   bool created_ = false;
   long long keys_ = 0;
@@ -457,6 +469,63 @@ TEST(ReplicaStore, AKeyIsNotShownLeasedPastItsLeaseOnAReplica) {
   const auto position = rep.r->applied();
   apply(k_start_ms + 302, tick_cmd{});
   EXPECT_GT(rep.r->applied().index, position.index);
+}
+
+// The crash loop's parted replicas (docs/RELIABILITY.md), as the CI run's
+// log had them: a lapsed lease's message waits, ready; a replica restarts
+// from its store; the message's owner nacks it with a delay; a consume
+// comes before the delay is over. The replica that never stopped kept the
+// message ready and delivered it; the restarted one had rebuilt its ready
+// set from the records (at a clock of 0, before it resumed it) and
+// delivered the next message instead. Neither may deliver it early.
+TEST(ReplicaReplay, ANackedMessageThatWaitedReadyIsHeldBackByEveryReplica) {
+  node straight, restarted;
+  std::uint64_t index = 0;
+  auto apply = [&](millis at, log_command cmd) {
+    const std::string e = encode_entry(log_entry{at, std::move(cmd)});
+    ++index;
+    straight.r->apply(index, e);
+    auto a = straight.r->take_reply();
+    restarted.r->apply(index, e);
+    auto b = restarted.r->take_reply();
+    EXPECT_TRUE(a && b && a->ok() == b->ok()) << "entry " << index;
+    return a && a->ok() ? std::optional<log_reply>(**a) : std::nullopt;
+  };
+  auto delivered = [](const std::optional<log_reply>& r) {
+    std::vector<std::uint64_t> out;
+    if (const auto* ds = r ? std::get_if<std::vector<delivery>>(&*r) : nullptr) {
+      for (const auto& d : *ds) out.push_back(d.offset);
+    }
+    return out;
+  };
+  topic_settings ts;
+  ts.lease_ms = 300;
+  ts.backoff_ms = 200;
+  apply(k_start_ms, create_topic_cmd{k_topic, 1, ts});
+  message_in m;
+  m.value = "first";
+  apply(k_start_ms, produce_cmd{k_topic, {m}, "a", {}});
+  m.value = "second";
+  apply(k_start_ms, produce_cmd{k_topic, {m}, "b", {}});
+  const auto got = apply(k_start_ms, consume_cmd{k_topic, k_group, "c", 300, 1, std::nullopt});
+  ASSERT_EQ(delivered(got), std::vector<std::uint64_t>{0});
+  // The lease lapses (a 200 ms backoff starts), then the backoff ends: the
+  // message waits, ready.
+  apply(k_start_ms + 300, tick_cmd{});
+  apply(k_start_ms + 500, tick_cmd{});
+  restarted.restart_after(restarted.store->written().size());
+  ASSERT_EQ(restarted.r->applied().index, straight.r->applied().index);
+  // Its owner nacks it: nobody got it since, so the nack holds, delay 50 ms.
+  apply(k_start_ms + 510,
+        nack_cmd{delivery_ref{k_topic, k_group, "c", 0, 0, 1, std::nullopt}, "later", 50});
+  const auto early =
+      apply(k_start_ms + 520, consume_cmd{k_topic, k_group, "d", 300, 1, std::nullopt});
+  EXPECT_EQ(delivered(early), std::vector<std::uint64_t>{1}) << "the nacked message went early";
+  const auto due =
+      apply(k_start_ms + 560, consume_cmd{k_topic, k_group, "d", 300, 1, std::nullopt});
+  EXPECT_EQ(delivered(due), std::vector<std::uint64_t>{0});
+  EXPECT_EQ(straight.r->snapshot(), restarted.r->snapshot())
+      << differences(straight.r->snapshot(), restarted.r->snapshot());
 }
 
 }  // namespace
