@@ -2,13 +2,16 @@
 // node's raft directory (<data-dir>/raft/<g>), to fresh replicas, and
 // compares what each entry wrote (applied_index_store::last_digest):
 //
-//   raft_log_replay RAFT_DIR [RESTART_INDEX ...]
+//   raft_log_replay RAFT_DIR [RESTART_INDEX ...] [vINDEX]
 //
 // Replica A applies every command entry without a stop. Replica B applies
 // the same entries but restarts (a new replica over the same store, whose
 // open() recovers the broker from it) after each RESTART_INDEX. The first
 // index at which their writes differ is where a restarted replica parts
-// from one that never stopped. Exit status 1 when they differ.
+// from one that never stopped. Exit status 1 when they differ. vINDEX prints
+// the 40 entries from INDEX on with both replicas' replies (the deliveries
+// of a consume, the outcome of an ack). Work on a copy of the directory:
+// raft_uv may tidy its open segments as it loads them.
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,7 @@ namespace {
 using namespace onceq;
 
 struct loaded {
+  std::string snapshot;  // the replica's snapshot the log starts after ("" for none)
   raft_index start = 0;
   struct raft_entry* entries = nullptr;
   std::size_t n = 0;
@@ -56,6 +60,9 @@ loaded load_log(const std::string& dir) {
     std::fprintf(stderr, "io.load: %s (%s)\n", raft_strerror(rv), io.errmsg);
     std::exit(2);
   }
+  if (snap != nullptr && snap->n_bufs > 0) {
+    out.snapshot.assign(static_cast<const char*>(snap->bufs[0].base), snap->bufs[0].len);
+  }
   std::fprintf(stderr, "loaded %zu entries from index %llu (term %llu, snapshot %s)\n", out.n,
                static_cast<unsigned long long>(out.start), static_cast<unsigned long long>(term),
                snap != nullptr ? "yes" : "no");
@@ -65,7 +72,7 @@ loaded load_log(const std::string& dir) {
 struct applier {
   storage::memory_store store;
   std::unique_ptr<cluster::replica> r;
-  std::vector<std::pair<std::uint64_t, unsigned>> digests;  // index -> (digest, tag)
+  // index -> (digest of its writes, tag)
   std::map<std::uint64_t, std::pair<std::uint64_t, unsigned>> at;
 
   void open() {
@@ -106,12 +113,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::set<std::uint64_t> restarts;
-  std::uint64_t verbose_from = 0, dump_at = 0;
+  std::uint64_t verbose_from = 0;
   for (int i = 2; i < argc; ++i) {
-    if (argv[i][0] == 's') {
-      dump_at = std::strtoull(argv[i] + 1, nullptr, 10);
-      continue;
-    }
     if (argv[i][0] == 'v') {
       verbose_from = std::strtoull(argv[i] + 1, nullptr, 10);
       continue;
@@ -122,6 +125,10 @@ int main(int argc, char** argv) {
   applier a, b;
   a.open();
   b.open();
+  if (!log.snapshot.empty()) {
+    a.r->restore(log.snapshot);
+    b.r->restore(log.snapshot);
+  }
   for (std::size_t i = 0; i < log.n; ++i) {
     const auto& e = log.entries[i];
     const std::uint64_t index = log.start + i;
@@ -136,15 +143,7 @@ int main(int argc, char** argv) {
     auto ra = a.r->take_reply();
     b.r->apply(index, *bytes);
     auto rb = b.r->take_reply();
-    if (index == dump_at) {
-      for (auto* x : {&a, &b}) {
-        const std::string path = std::string("/tmp/s15/state-") + (x == &a ? "A" : "B");
-        std::FILE* f = std::fopen(path.c_str(), "w");
-        std::fputs(x->r->core().describe_state().c_str(), f);
-        std::fclose(f);
-      }
-    }
-    if (verbose_from != 0 && index >= verbose_from && index < verbose_from + 400) {
+    if (verbose_from != 0 && index >= verbose_from && index < verbose_from + 40) {
       auto e2 = decode_entry(*bytes);
       std::printf("%llu tag %u stamp %lld: A %s | B %s\n", static_cast<unsigned long long>(index),
                   static_cast<unsigned>(tag_of(e2->cmd)), static_cast<long long>(e2->now_ms),
