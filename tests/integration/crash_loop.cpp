@@ -1065,8 +1065,10 @@ std::unique_ptr<local_cluster> start_cluster(const config& cfg, std::string& why
 
 // The apply traces of every node (onceqd --apply-trace), compared shard by
 // shard: a replica whose writes differed from another's at some index has
-// a state that parted from it there (first listed first).
-std::vector<violation> compare_replicas(const local_cluster& lc) {
+// a state that parted from it there (first listed first). No trace at all
+// is a violation too: the check would pass without looking. summary: a
+// figure line, what was compared.
+std::vector<violation> compare_replicas(const local_cluster& lc, std::string& summary) {
   namespace fs = std::filesystem;
   std::map<std::string, std::vector<apply_trace>> by_shard;  // file name -> traces
   for (std::size_t i = 0; i < lc.size(); ++i) {
@@ -1082,6 +1084,14 @@ std::vector<violation> compare_replicas(const local_cluster& lc) {
     }
   }
   std::vector<violation> out;
+  if (by_shard.empty()) out.push_back({"no_apply_trace", "no node wrote an apply trace"});
+  std::size_t lines = 0;
+  for (const auto& [name, traces] : by_shard) {
+    for (const auto& t : traces)
+      lines += static_cast<std::size_t>(std::count(t.text.begin(), t.text.end(), '\n'));
+  }
+  summary = "replica traces compared     " + std::to_string(by_shard.size()) + " shard(s), " +
+            std::to_string(lines) + " applied entries";
   for (const auto& [name, traces] : by_shard) {
     for (auto& v : compare_apply_traces(traces)) {
       v.detail = name + ": " + v.detail;
@@ -1516,7 +1526,9 @@ int run_cluster(config cfg) {
     read_lost_key_histories(cfg, get, o);
   }
   if (!killer.setup_error.empty()) return cluster_setup_failure(*lc, killer.setup_error);
-  o.replicas = compare_replicas(*lc);
+  std::string compared;
+  o.replicas = compare_replicas(*lc, compared);
+  o.figure_lines.push_back(compared);
 
   for (auto& l : killer.figure_lines()) o.figure_lines.push_back(std::move(l));
   o.figure_lines.push_back("answers 503 / no answer     " + std::to_string(result.unavailable) +
@@ -2350,15 +2362,17 @@ int run_pipeline_cluster(config cfg) {
   env.final_kill = [&](run_outcome& o) { return killer.final_kill(cfg.step_topic(0), o); };
   env.setup_error = [&] { return killer.setup_error; };
   env.setup_failure = [&](const std::string& w) { return cluster_setup_failure(*lc, w); };
+  std::string compared;  // the replica check's figure line, once it ran
   env.figure_lines = [&] {
     auto lines = killer.figure_lines();
+    if (!compared.empty()) lines.push_back(compared);
     lines.push_back("topics (shard)              " + cfg.steps[0] + " (" +
                     std::to_string(shard[0]) + "), " + cfg.steps[1] + " (" +
                     std::to_string(shard[1]) + "), " + cfg.steps[2] + " (" +
                     std::to_string(shard[2]) + ")");
     return lines;
   };
-  env.compare_replicas = [&] { return compare_replicas(*lc); };
+  env.compare_replicas = [&] { return compare_replicas(*lc, compared); };
   env.title = ", --cluster " + std::to_string(cfg.cluster);
   const int status = run_pipeline_phases(cfg, s, env, clock);
   if (status == 1) {
