@@ -169,6 +169,15 @@ TEST(config_test, connections_migrate_unless_told_not_to) {
   EXPECT_FALSE(c->http.migrate_connections);
 }
 
+TEST(config_test, apply_trace_is_off_unless_asked) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->apply_trace);
+  c = parse({"--apply-trace"});
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_TRUE(c->apply_trace);
+}
+
 TEST(config_test, connections_spread_unless_told_not_to) {
   auto c = parse({});
   ASSERT_TRUE(c.ok());
