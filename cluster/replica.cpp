@@ -1,5 +1,6 @@
 #include "cluster/replica.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -115,16 +116,29 @@ std::string replica::apply(std::uint64_t index, std::string_view bytes) {
 std::string replica::snapshot() {
   byte_writer w;
   w.byte(k_snapshot_version);
+  const std::string position_key = storage::keys::applied();
   for (int c = 0; c < storage::k_column_count; ++c) {
-    auto r = store_.scan(static_cast<storage::column>(c), "", k_keys_end,
-                         [&](std::string_view k, std::string_view v) {
-                           w.byte(static_cast<std::uint8_t>(c + 1));
-                           w.str(k);
-                           w.str(v);
-                           return true;
-                         });
+    const auto col = static_cast<storage::column>(c);
+    auto r = store_.scan(col, "", k_keys_end, [&](std::string_view k, std::string_view v) {
+      if (col == storage::column::meta && k == position_key) return true;  // below
+      w.byte(static_cast<std::uint8_t>(c + 1));
+      w.str(k);
+      w.str(v);
+      return true;
+    });
     if (!r.ok()) local_fault("snapshot", r.err());
   }
+  // The position with the clock as it is now, after the snapshot's last
+  // entry: the stored reading is the last entry that wrote's, and entries
+  // after it that wrote nothing may have moved the clock on. A replica that
+  // restores the snapshot does not apply them, and must not apply the next
+  // entry at an earlier time than this one does (a new leader's stamps run
+  // behind).
+  storage::applied_position at = applied_.applied();
+  at.now_ms = std::max(at.now_ms, clock_.now_ms());
+  w.byte(static_cast<std::uint8_t>(static_cast<int>(storage::column::meta) + 1));
+  w.str(position_key);
+  w.str(storage::encode_applied_position(at));
   w.byte(0);
   return w.take();
 }
@@ -162,6 +176,9 @@ void replica::restore(std::string_view snap) {
     incoming = *p;
   }
   if (incoming.index != 0 && incoming.index <= applied_.applied().index) {
+    // Its clock still counts: the entries up to the snapshot that wrote
+    // nothing are not applied here again.
+    clock_.advance_to(incoming.now_ms);
     log(log_level::info, "cluster", "a snapshot this store holds: kept the store",
         {log_number("snapshot_index", incoming.index),
          log_number("store_index", applied_.applied().index)});

@@ -21,15 +21,15 @@ std::uint64_t digest_of(const batch& b) {
   return h == 0 ? 1 : h;
 }
 
-std::string encode_position(const applied_position& p) {
+}  // namespace
+
+std::string encode_applied_position(const applied_position& p) {
   byte_writer w;
   w.byte(k_applied_version);
   w.varint(p.index);
   w.svarint(p.now_ms);
   return w.take();
 }
-
-}  // namespace
 
 result<applied_position> decode_applied_position(std::string_view value) {
   byte_reader r(value);
@@ -85,7 +85,7 @@ result<void> applied_index_store::finish() {
     }
   }
   begin({});
-  out.put(column::meta, keys::applied(), encode_position(p));
+  out.put(column::meta, keys::applied(), encode_applied_position(p));
   digest_ = digest_of(out);
   auto r = inner_.write(out);
   if (r.ok()) applied_ = p;

@@ -49,6 +49,8 @@ struct applied_position {
 // The stored form of a position (the value at keys::applied()), decoded;
 // errc::internal when corrupt.
 result<applied_position> decode_applied_position(std::string_view value);
+// The stored form of a position.
+std::string encode_applied_position(const applied_position& p);
 
 class applied_index_store final : public store {
  public:

@@ -2,7 +2,7 @@
 // node's raft directory (<data-dir>/raft/<g>), to fresh replicas, and
 // compares what each entry wrote (applied_index_store::last_digest):
 //
-//   raft_log_replay RAFT_DIR [RESTART_INDEX ...] [vINDEX]
+//   raft_log_replay RAFT_DIR [RESTART_INDEX ...] [vINDEX] [state]
 //
 // Replica A applies every command entry without a stop. Replica B applies
 // the same entries but restarts (a new replica over the same store, whose
@@ -10,7 +10,8 @@
 // index at which their writes differ is where a restarted replica parts
 // from one that never stopped. Exit status 1 when they differ. vINDEX prints
 // the 40 entries from INDEX on with both replicas' replies (the deliveries
-// of a consume, the outcome of an ack). Work on a copy of the directory:
+// of a consume, the outcome of an ack); `state` prints the first replica's
+// whole in-memory state at the end (broker::describe_state). Work on a copy of the directory:
 // raft_uv may tidy its open segments as it loads them.
 
 #include <cstdio>
@@ -114,7 +115,17 @@ int main(int argc, char** argv) {
   }
   std::set<std::uint64_t> restarts;
   std::uint64_t verbose_from = 0;
+  bool show_state = false;
+  std::uint64_t verbose_count = 40;
   for (int i = 2; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "state") {
+      show_state = true;
+      continue;
+    }
+    if (argv[i][0] == 'n') {
+      verbose_count = std::strtoull(argv[i] + 1, nullptr, 10);
+      continue;
+    }
     if (argv[i][0] == 'v') {
       verbose_from = std::strtoull(argv[i] + 1, nullptr, 10);
       continue;
@@ -143,17 +154,22 @@ int main(int argc, char** argv) {
     auto ra = a.r->take_reply();
     b.r->apply(index, *bytes);
     auto rb = b.r->take_reply();
-    if (verbose_from != 0 && index >= verbose_from && index < verbose_from + 40) {
+    if (verbose_from != 0 && index >= verbose_from && index < verbose_from + verbose_count) {
       auto e2 = decode_entry(*bytes);
-      std::printf("%llu tag %u stamp %lld: A %s | B %s\n", static_cast<unsigned long long>(index),
+      std::string what;
+      if (const auto* c = std::get_if<consume_cmd>(&e2->cmd)) {
+        what = c->topic + "/" + c->group + " " + c->owner + " ";
+      }
+      std::printf("%llu tag %u stamp %lld: %sA %s | B %s\n", static_cast<unsigned long long>(index),
                   static_cast<unsigned>(tag_of(e2->cmd)), static_cast<long long>(e2->now_ms),
-                  describe(ra).c_str(), describe(rb).c_str());
+                  what.c_str(), describe(ra).c_str(), describe(rb).c_str());
     }
     if (restarts.count(index) != 0) {
       b.r.reset();
       b.open();
     }
   }
+  if (show_state) std::fputs(a.r->core().describe_state().c_str(), stdout);
   int shown = 0;
   for (const auto& [index, da] : a.at) {
     auto it = b.at.find(index);

@@ -528,5 +528,45 @@ TEST(ReplicaReplay, ANackedMessageThatWaitedReadyIsHeldBackByEveryReplica) {
       << differences(straight.r->snapshot(), restarted.r->snapshot());
 }
 
+// A snapshot carries the clock as of its last entry, not as of the last
+// entry that wrote: a replica that restores it must apply the next entry,
+// stamped earlier (a new leader's grace), at the time the others do.
+TEST(ReplicaStore, ASnapshotCarriesTheClockOfItsLastEntry) {
+  // restored: an empty replica; kept: one that applied the entries that
+  // wrote, so its store holds the snapshot's position already.
+  node straight, restored, kept;
+  std::uint64_t index = 0;
+  auto apply = [&](node& n, millis at, log_command cmd, std::uint64_t i) {
+    n.r->apply(i, encode_entry(log_entry{at, std::move(cmd)}));
+    auto r = n.r->take_reply();
+    EXPECT_TRUE(r && r->ok()) << "entry " << i;
+  };
+  topic_settings ts;
+  ts.lease_ms = 5000;
+  message_in m;
+  m.value = "v";
+  for (node* n : {&straight, &kept}) {
+    apply(*n, k_start_ms, create_topic_cmd{k_topic, 1, ts}, 1);
+    apply(*n, k_start_ms, produce_cmd{k_topic, {m}, "a", {}}, 2);
+    apply(*n, k_start_ms, consume_cmd{k_topic, k_group, "c", 5000, 1, std::nullopt}, 3);
+  }
+  index = 3;
+  // Finds nothing, writes nothing, and moves the clock a second on.
+  const auto position = straight.r->applied();
+  apply(straight, k_start_ms + 1000, consume_cmd{k_topic, k_group, "c", 5000, 1, std::nullopt},
+        ++index);
+  ASSERT_EQ(straight.r->applied(), position) << "the empty consume wrote";
+  restored.r->restore(straight.r->snapshot());
+  kept.r->restore(straight.r->snapshot());
+  // The next leader stamps 500 ms behind: all apply it at the later time.
+  for (node* n : {&straight, &restored, &kept}) {
+    apply(*n, k_start_ms + 500, produce_cmd{k_topic, {m}, "b", {}}, index + 1);
+  }
+  EXPECT_EQ(straight.r->snapshot(), restored.r->snapshot())
+      << differences(straight.r->snapshot(), restored.r->snapshot());
+  EXPECT_EQ(straight.r->snapshot(), kept.r->snapshot())
+      << differences(straight.r->snapshot(), kept.r->snapshot());
+}
+
 }  // namespace
 }  // namespace onceq::cluster
