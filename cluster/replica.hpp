@@ -62,7 +62,10 @@ class replica final : public state_machine {
   // (applied_index_store::last_digest, 0 for nothing): onceqd's
   // --apply-trace, which the cluster crash loops compare across replicas.
   using trace_fn = std::function<void(std::uint64_t index, log_tag, std::uint64_t digest)>;
-  void on_trace(trace_fn fn) { trace_ = std::move(fn); }
+  void on_trace(trace_fn fn) {
+    applied_.keep_digests(fn != nullptr);
+    trace_ = std::move(fn);
+  }
 
   // The typed result of the entry applied last, once (render_fn null). A
   // propose callback runs right after the apply of its entry, before the

@@ -86,7 +86,7 @@ result<void> applied_index_store::finish() {
   }
   begin({});
   out.put(column::meta, keys::applied(), encode_applied_position(p));
-  digest_ = digest_of(out);
+  if (keep_digests_) digest_ = digest_of(out);
   auto r = inner_.write(out);
   if (r.ok()) applied_ = p;
   return r;

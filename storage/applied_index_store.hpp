@@ -69,10 +69,12 @@ class applied_index_store final : public store {
   // The last position a write recorded (or load() read).
   applied_position applied() const noexcept { return applied_; }
   // A digest of what the last finish() wrote (its whole batch, with the
-  // position); 0 when its entry wrote nothing. Replicas that apply the
-  // same entry to the same state write the same batch, so two digests of
-  // one index that differ say that their states parted (cluster/replica's
-  // apply trace).
+  // position); 0 when its entry wrote nothing, or while digests are off.
+  // Replicas that apply the same entry to the same state write the same
+  // batch, so two digests of one index that differ say that their states
+  // parted (cluster/replica's apply trace). Off by default: hashing every
+  // batch is work on each entry that only the trace needs.
+  void keep_digests(bool on) noexcept { keep_digests_ = on; }
   std::uint64_t last_digest() const noexcept { return digest_; }
 
   // Inside an entry: gathered (always ok). Outside: refused,
@@ -122,6 +124,7 @@ class applied_index_store final : public store {
   applied_position current_;
   applied_position applied_;
   bool wrote_ = false;  // the entry wrote (its overlay holds it all)
+  bool keep_digests_ = false;
   std::uint64_t digest_ = 0;
   std::array<pending_column, k_column_count> overlay_;
 };

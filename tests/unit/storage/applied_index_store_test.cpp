@@ -85,6 +85,7 @@ TEST_F(AppliedIndexStoreTest, AnEntrysDigestNamesWhatItWrote) {
   auto digest_of = [](std::uint64_t index, const std::string& value) {
     memory_store inner;
     applied_index_store s(inner);
+    s.keep_digests(true);
     s.begin({index, 1'000});
     EXPECT_TRUE(s.write(put("a", value)).ok());
     EXPECT_TRUE(s.finish().ok());
@@ -95,6 +96,11 @@ TEST_F(AppliedIndexStoreTest, AnEntrysDigestNamesWhatItWrote) {
   EXPECT_NE(digest_of(7, "1"), digest_of(7, "2"));
   EXPECT_NE(digest_of(7, "1"), digest_of(8, "1"));
   s_.begin({3, 10});
+  ASSERT_TRUE(s_.write(put("a", "1")).ok());
+  ASSERT_TRUE(s_.finish().ok());
+  EXPECT_EQ(s_.last_digest(), 0u) << "digests are off unless kept";
+  s_.keep_digests(true);
+  s_.begin({4, 10});
   ASSERT_TRUE(s_.finish().ok());
   EXPECT_EQ(s_.last_digest(), 0u) << "an entry that wrote nothing";
 }
