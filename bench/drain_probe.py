@@ -7,9 +7,11 @@ of 256 bytes in batches of 100 to a topic of 4 partitions, then consumes
 user and system CPU and page faults per drained message, its threads'
 context switches per 100, and the counters
 onceq_shard_disk_reads_total / onceq_shard_loop_disk_reads_total
-(docs/DESIGN.md, "Reader threads"). With PERF=FILE set, `perf record -g`
+(docs/DESIGN.md, "Reader threads"), and the CPU of each thread by name. With PERF=FILE set, `perf record -g`
 samples the server during the drain only, and with STRACE=FILE
-`strace -f -c` counts its system calls then (not both); ONCEQD_ARGS adds
+`strace -f -c` counts its system calls then (not both); CONSUMERS=N
+drains on N connections from N processes at once, and IDLE=N keeps N
+more connections open and idle through the drain; ONCEQD_ARGS adds
 onceqd flags (e.g. "--wal-sync loop").
 
     bench/drain_probe.py ONCEQD [N]     (default N: 100000)
@@ -18,6 +20,7 @@ Talks only to 127.0.0.1; stops only the server it started.
 """
 import http.client
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -25,6 +28,40 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+def drain(port):
+    """Consumes 100 at a time and acks each batch until nothing is left."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    drained = 0
+    while True:
+        conn.request("POST", "/v1/consume",
+                     body=json.dumps({"topic": "t", "group": "g", "owner": f"w{os.getpid()}",
+                                      "max_messages": 100, "lease_ms": 60000}),
+                     headers={"Content-Type": "application/json"})
+        res = conn.getresponse()
+        body = res.read()
+        assert res.status == 200, body
+        msgs = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+        if not msgs:
+            return drained
+        drained += len(msgs)
+        acks = [{"partition": m["partition"], "offset": m["offset"]} for m in msgs]
+        conn.request("POST", "/v1/ack",
+                     body=json.dumps({"topic": "t", "group": "g", "owner": f"w{os.getpid()}",
+                                      "acks": acks}),
+                     headers={"Content-Type": "application/json"})
+        res = conn.getresponse()
+        body = res.read()
+        assert res.status == 200, body
+
+
+def drain_with(port, consumers):
+    """The drain on one connection, or on CONSUMERS processes at once."""
+    if consumers <= 1:
+        return drain(port)
+    with multiprocessing.get_context("fork").Pool(consumers) as pool:
+        return sum(pool.map(drain, [port] * consumers))
 
 
 def main():
@@ -65,6 +102,18 @@ def main():
         def minor_faults():
             return int(stat_fields()[7])
 
+        def thread_ticks():  # user + system ticks by thread name
+            out = {}
+            for t in os.listdir(f"/proc/{server.pid}/task"):
+                try:
+                    text = open(f"/proc/{server.pid}/task/{t}/stat").read()
+                except FileNotFoundError:
+                    continue
+                name = text[text.index("(") + 1:text.rindex(")")]
+                fields = text.rsplit(")", 1)[1].split()
+                out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+            return out
+
         def switches():  # voluntary and not, every thread
             total = 0
             for t in os.listdir(f"/proc/{server.pid}/task"):
@@ -93,20 +142,24 @@ def main():
                                      "-o", os.environ["STRACE"]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-        before, faults, start, drained = cpu_ticks(), minor_faults(), time.time(), 0
-        switched = switches()
-        while True:
-            status, body = call("POST", "/v1/consume", {"topic": "t", "group": "g", "owner": "w",
-                                                        "max_messages": 100, "lease_ms": 60000})
-            assert status == 200, body
-            msgs = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            if not msgs:
-                break
-            drained += len(msgs)
-            acks = [{"partition": m["partition"], "offset": m["offset"]} for m in msgs]
-            status, body = call("POST", "/v1/ack",
-                                {"topic": "t", "group": "g", "owner": "w", "acks": acks})
-            assert status == 200, body
+        before, faults, start = cpu_ticks(), minor_faults(), time.time()
+        switched, threads = switches(), thread_ticks()
+        # The drain's connections are the loop's only ones: an idle one
+        # would keep the loop from syncing itself while every client waits
+        # (shard/local_path.cpp).
+        # IDLE=N keeps N more connections open through the drain, idle after
+        # three produces each (three more messages to drain), as a producer pool's.
+        conn.close()
+        idle = [http.client.HTTPConnection("127.0.0.1", port)
+                for _ in range(int(os.environ.get("IDLE", "0")))]
+        for c in idle:  # produces move the connection to the topic's loop
+            for _ in range(3):
+                c.request("POST", "/v1/produce", body=json.dumps({"topic": "t", "value": value}),
+                          headers={"Content-Type": "application/json"})
+                assert c.getresponse().read()
+        drained = drain_with(port, int(os.environ.get("CONSUMERS", "1")))
+        for c in idle:
+            c.close()
         if perf:
             perf.send_signal(signal.SIGINT)
             perf.wait()
@@ -116,6 +169,11 @@ def main():
               f"user {per_msg[0]} us, system {per_msg[1]} us; "
               f"{(minor_faults() - faults) / max(drained, 1):.3f} page faults per message, "
               f"{(switches() - switched) / max(drained, 1) * 100:.1f} context switches per 100")
+        by_thread = thread_ticks()
+        print("by thread, us per message: " + ", ".join(
+            f"{name} {(ticks - threads.get(name, 0)) / tck / max(drained, 1) * 1e6:.2f}"
+            for name, ticks in sorted(by_thread.items(), key=lambda kv: -kv[1])
+            if ticks > threads.get(name, 0)))
         for name, value in sorted(counters().items()):
             print(f"{name} {value}")
     finally:

@@ -106,7 +106,7 @@ class basic_session final : public session,
     if (registered_) registry_->remove(id_);
     if (clients_ != nullptr) {
       answered();
-      clients_->disconnected();
+      clients_->disconnected(idle_since_);
     }
   }
 
@@ -116,7 +116,7 @@ class basic_session final : public session,
     auto& loop = asio::query(socket().get_executor(), asio::execution::context);
     sweep_ = &asio::use_service<deadline_sweep>(loop);
     clients_ = &loop_clients::of(loop);
-    clients_->connected();
+    idle_since_ = clients_->connected();
     sweep_->add(this, sweep_period());
     if constexpr (k_tls) {
       detect_tls();
@@ -336,7 +336,7 @@ class basic_session final : public session,
     }
     enter_untimed(phase::handling);
     awaiting_ = true;
-    clients_->request_sent();
+    clients_->request_sent(idle_since_);
     // The cluster's internal routes are taken only from the cluster's own
     // hosts: they learn the peer's address here (whatever a client sent in
     // the header is replaced). Other requests pay nothing for it.
@@ -353,7 +353,7 @@ class basic_session final : public session,
   void answered() {
     if (!awaiting_) return;
     awaiting_ = false;
-    clients_->answered();
+    idle_since_ = clients_->answered();
   }
 
   void on_reply(reply r) {
@@ -552,9 +552,11 @@ class basic_session final : public session,
   deadline_sweep* sweep_ = nullptr;
   // This loop's count of connections and of those waiting for an answer
   // (shard/loop_clients.hpp): in from start() to the end, waiting from
-  // dispatch() to on_reply().
+  // dispatch() to on_reply(), idle in between since the generation
+  // idle_since_.
   loop_clients* clients_ = nullptr;
   bool awaiting_ = false;
+  std::uint64_t idle_since_ = 0;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   response res_;      // the answer being written

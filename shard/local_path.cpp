@@ -205,10 +205,11 @@ std::function<void(result<void>)> local_path::take_round() {
 
 void local_path::flush() {
   if (round_.empty()) return;
-  // Every connection of this loop waits for an answer: no request can
-  // arrive for the loop to apply while the sync runs, so the loop makes it
-  // itself rather than wake the idle syncer and be woken by its answers
-  // (docs/BENCHMARKS.md, "Eighteenth round").
+  // Every connection of this loop waits for an answer (or has been quiet
+  // for a generation): no request can arrive for the loop to apply while
+  // the sync runs, so the loop makes it itself rather than wake the idle
+  // syncer and be woken by its answers (docs/BENCHMARKS.md, "Eighteenth
+  // round", "Twentieth round").
   if (shard_.clients_.all_waiting() && store_.sync_idle()) return store_.sync_here(take_round());
   store_.when_durable(take_round());
   // A store that syncs on its caller does it here, on the loop: one sync

@@ -8,9 +8,9 @@
 // covers everything it wrote (with --wal-sync loop the loop syncs the WAL
 // itself, store::sync_pending) and releases the answers. A long iteration
 // may hand its first answers to an idle syncer sooner (flush_if_disk_idle);
-// when every connection of the loop waits for an answer, the loop makes
-// the sync itself instead of waking an idle syncer (store::sync_here,
-// shard/loop_clients.hpp).
+// when every connection of the loop waits for an answer (or has been
+// quiet a while), the loop makes the sync itself instead of waking an idle
+// syncer (store::sync_here, shard/loop_clients.hpp).
 // The end of an iteration also fires the broker's timers and wakes the
 // consumers and key waiters its writes concern. While the store refuses writes, it asks
 // the store to resume every 500 ms and rebuilds the broker after a reopen.

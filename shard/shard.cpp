@@ -204,6 +204,7 @@ steady::duration shard::sleep_budget() const {
 }
 
 void shard::end_iteration() {
+  clients_.turn(steady::now());
   path_->end_iteration();
   expire_waiters(false);
   path_->flush();

@@ -279,7 +279,7 @@ class shard {
   // asio::post per batch).
   mailbox& mailbox_ = mailbox::of(io_);
   // The connections the loop serves, and those waiting for an answer.
-  const loop_clients& clients_ = loop_clients::of(io_);
+  loop_clients& clients_ = loop_clients::of(io_);
   std::unique_ptr<apply_path> path_;
   std::function<void(std::string_view, bool)> topic_change_;  // set before start
   std::thread thread_;

@@ -386,6 +386,7 @@ TEST_P(ServerTest, SessionsCountThemselvesOnTheirLoopAndWhileTheyWait) {
   EXPECT_EQ(roundtrip(s, verb::get, "/v1/healthz").result_int(), 200);
   EXPECT_EQ(clients.connections(), 1u);
   EXPECT_EQ(clients.waiting(), 0u);
+  EXPECT_EQ(clients.recently_idle(), 1u) << "idle since its answer; nobody turns this loop";
 
   request poll{verb::post, "/v1/consume", 11};
   poll.set(bhttp::field::host, "127.0.0.1");
@@ -405,6 +406,7 @@ TEST_P(ServerTest, SessionsCountThemselvesOnTheirLoopAndWhileTheyWait) {
   s.close();
   expect_no_sessions_soon();
   EXPECT_TRUE(within_5s([&] { return clients.connections() == 0; }));
+  EXPECT_EQ(clients.recently_idle(), 0u);
 }
 
 TEST_P(ServerTest, StreamConsumeSendsChunkedLines) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
@@ -440,6 +441,52 @@ TEST_F(ShardLoopTest, OneSyncCoversEveryCommandOfAnIteration) {
   EXPECT_EQ(after - before, 1);
 }
 
+// A connection that is not waiting for an answer is idle; once it has
+// been idle through a whole generation (the loop turns one every
+// k_quiet_after) it is quiet and no longer keeps the loop from syncing
+// itself.
+TEST(LoopClientsTest, AConnectionIsQuietOnceIdleThroughAWholeGeneration) {
+  boost::asio::io_context ctx;
+  loop_clients& c = loop_clients::of(ctx);
+  auto t = std::chrono::steady_clock::now();
+  c.turn(t);
+  const auto a = c.connected();
+  const auto b = c.connected();
+  c.request_sent(a);
+  EXPECT_EQ(c.recently_idle(), 1u);
+  EXPECT_FALSE(c.all_waiting()) << "b has just connected";
+  c.turn(t + loop_clients::k_quiet_after / 2);  // too soon: no new generation
+  c.turn(t + loop_clients::k_quiet_after);
+  EXPECT_EQ(c.recently_idle(), 1u) << "idle since the last generation";
+  EXPECT_FALSE(c.all_waiting());
+  c.turn(t + 2 * loop_clients::k_quiet_after);
+  EXPECT_EQ(c.recently_idle(), 0u);
+  EXPECT_TRUE(c.all_waiting()) << "b is quiet";
+
+  // a's answer makes it idle, recently; its next request settles that.
+  const auto a2 = c.answered();
+  EXPECT_FALSE(c.all_waiting()) << "nobody waits";
+  EXPECT_EQ(c.recently_idle(), 1u);
+  c.request_sent(a2);
+  EXPECT_EQ(c.recently_idle(), 0u);
+  EXPECT_TRUE(c.all_waiting());
+
+  // b wakes: a request settles nothing (it was quiet), and its answer
+  // makes it recently idle again.
+  c.request_sent(b);
+  EXPECT_EQ(c.waiting(), 2u);
+  EXPECT_EQ(c.recently_idle(), 0u);
+  const auto b2 = c.answered();
+  EXPECT_FALSE(c.all_waiting());
+  c.disconnected(b2);
+  EXPECT_TRUE(c.all_waiting()) << "only a is left, waiting";
+  EXPECT_EQ(c.recently_idle(), 0u);
+  c.disconnected(c.answered());
+  EXPECT_EQ(c.connections(), 0u);
+  EXPECT_EQ(c.waiting(), 0u);
+  EXPECT_EQ(c.recently_idle(), 0u);
+}
+
 // The loop syncs a round itself (store::sync_here) only while every
 // connection it serves waits for an answer (shard/loop_clients.hpp, as
 // the HTTP sessions count themselves) and the store's syncer is idle;
@@ -459,16 +506,43 @@ class ShardLoopEndTest : public ShardLoopTest {
 
 TEST_F(ShardLoopEndTest, TheLoopSyncsItselfOnlyWhileEveryConnectionWaitsOnAnIdleSyncer) {
   loop_clients& clients = loop_clients::of(shard_.context());
+  // The test turns the generations: an hour ahead of the loop's own turns.
+  auto when = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  const auto turn = [&] {
+    when += loop_clients::k_quiet_after;
+    on_loop([&] {
+      clients.turn(when);
+      return 0;
+    });
+  };
+  turn();
   struct shape {
-    int connections, waiting;
+    int quiet, connections, waiting;  // waiting: of the connections that are not quiet
     bool idle, on_loop;
   };
-  const shape shapes[] = {{1, 1, true, true},  {4, 4, true, true},  {2, 1, true, false},
-                          {0, 0, true, false}, {1, 0, true, false}, {1, 1, false, false},
-                          {3, 3, false, false}};
+  const shape shapes[] = {{0, 1, 1, true, true},
+                          {0, 4, 4, true, true},
+                          {0, 2, 1, true, false},
+                          {0, 0, 0, true, false},
+                          {0, 1, 0, true, false},
+                          {0, 1, 1, false, false},
+                          {0, 3, 3, false, false},
+                          // Connections idle through a whole generation do not count.
+                          {1, 1, 1, true, true},
+                          {3, 1, 1, true, true},
+                          {1, 2, 1, true, false},
+                          {1, 1, 0, true, false},
+                          {2, 0, 0, true, false},
+                          {1, 1, 1, false, false}};
   for (const shape& s : shapes) {
-    for (int i = 0; i < s.connections; ++i) clients.connected();
-    for (int i = 0; i < s.waiting; ++i) clients.request_sent();
+    std::vector<std::uint64_t> since;  // each connection's idle generation
+    for (int i = 0; i < s.quiet; ++i) since.push_back(clients.connected());
+    if (s.quiet > 0) {
+      turn();
+      turn();
+    }
+    for (int i = 0; i < s.connections; ++i) since.push_back(clients.connected());
+    for (int i = 0; i < s.waiting; ++i) clients.request_sent(since[s.quiet + i]);
     store_.set_idle(s.idle);
     const int here = on_loop([&] { return store_.here(); });
     const int calls = on_loop([&] { return store_.calls(); });
@@ -478,12 +552,15 @@ TEST_F(ShardLoopEndTest, TheLoopSyncsItselfOnlyWhileEveryConnectionWaitsOnAnIdle
     auto f = answer.get_future();
     ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
     EXPECT_TRUE(f.get().ok());
-    const std::string what = "connections " + std::to_string(s.connections) + ", waiting " +
+    const std::string what = "quiet " + std::to_string(s.quiet) + ", connections " +
+                             std::to_string(s.connections) + ", waiting " +
                              std::to_string(s.waiting) + ", idle " + std::to_string(s.idle);
     EXPECT_EQ(on_loop([&] { return store_.here(); }) - here, s.on_loop ? 1 : 0) << what;
     EXPECT_EQ(on_loop([&] { return store_.calls(); }) - calls, s.on_loop ? 0 : 1) << what;
-    for (int i = 0; i < s.waiting; ++i) clients.answered();
-    for (int i = 0; i < s.connections; ++i) clients.disconnected();
+    for (int i = 0; i < s.waiting; ++i) since[s.quiet + i] = clients.answered();
+    for (const auto g : since) clients.disconnected(g);
+    EXPECT_EQ(clients.connections(), 0u) << what;
+    EXPECT_EQ(clients.recently_idle(), 0u) << what;
   }
   store_.set_idle(false);
 }
