@@ -5,9 +5,10 @@ Starts ONCEQD on a fresh data dir (--fsync always), produces N messages
 of 256 bytes in batches of 100 to a topic of 4 partitions, then consumes
 100 at a time and acks each batch, on one connection. Prints the server's
 user and system CPU and page faults per drained message, its threads'
-context switches per 100, and the counters
-onceq_shard_disk_reads_total / onceq_shard_loop_disk_reads_total
-(docs/DESIGN.md, "Reader threads"), and the CPU of each thread by name. With PERF=FILE set, `perf record -g`
+context switches per 100, the CPU of each thread by name, and what the
+drain added to the counters onceq_shard_disk_reads_total /
+onceq_shard_loop_disk_reads_total (docs/DESIGN.md, "Reader threads") and
+the WAL syncs and their waiters. With PERF=FILE set, `perf record -g`
 samples the server during the drain only, and with STRACE=FILE
 `strace -f -c` counts its system calls then (not both); CONSUMERS=N
 drains on N connections from N processes at once, and IDLE=N keeps N
@@ -87,7 +88,9 @@ def main():
             out = {}
             for line in text.decode().splitlines():
                 if line.startswith(("onceq_shard_disk_reads_total",
-                                    "onceq_shard_loop_disk_reads_total")):
+                                    "onceq_shard_loop_disk_reads_total",
+                                    "onceq_wal_sync_duration_seconds_count",
+                                    "onceq_wal_sync_waiters_total")):
                     name, value = line.rsplit(" ", 1)
                     out[name] = int(float(value))
             return out
@@ -149,6 +152,7 @@ def main():
         # (shard/local_path.cpp).
         # IDLE=N keeps N more connections open through the drain, idle after
         # three produces each (three more messages to drain), as a producer pool's.
+        counted = counters()
         conn.close()
         idle = [http.client.HTTPConnection("127.0.0.1", port)
                 for _ in range(int(os.environ.get("IDLE", "0")))]
@@ -175,7 +179,8 @@ def main():
             for name, ticks in sorted(by_thread.items(), key=lambda kv: -kv[1])
             if ticks > threads.get(name, 0)))
         for name, value in sorted(counters().items()):
-            print(f"{name} {value}")
+            print(f"{name} {value - counted.get(name, 0)} in the drain, "
+                  f"{(value - counted.get(name, 0)) / max(drained, 1) * 100:.2f} per 100 messages")
     finally:
         server.terminate()
         server.wait()
