@@ -17,7 +17,10 @@
 // Idle connections are counted by generation: the loop turns to a new
 // generation each k_quiet_after (turn()); a connection idle since the
 // generation before the last is quiet. So a connection is quiet after
-// between one and two k_quiet_after of silence.
+// between one and two k_quiet_after of silence while the loop runs; a loop
+// that slept turns once at its next iteration's end, so its first round
+// after a long sleep still counts the connections that went idle before
+// it (the syncer takes that round, as before this rule).
 //
 // A service of the loop's execution context (Asio's registry, as
 // shard/mailbox.hpp): http/ sessions count themselves in on the loop that
