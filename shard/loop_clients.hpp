@@ -18,7 +18,7 @@
 // generation each k_quiet_after (turn()); a connection idle since the
 // generation before the last is quiet. So a connection is quiet after
 // between one and two k_quiet_after of silence while the loop runs; a loop
-// that slept turns once at its next iteration's end, so its first round
+// that slept turns once after its next iteration, so its first round
 // after a long sleep still counts the connections that went idle before
 // it (the syncer takes that round, as before this rule).
 //
@@ -79,7 +79,7 @@ class loop_clients : public boost::asio::execution_context::service {
     connected_.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  // The loop, at an iteration's end: a new generation once k_quiet_after
+  // The loop, after each iteration: a new generation once k_quiet_after
   // has passed since the last one began.
   void turn(std::chrono::steady_clock::time_point now) noexcept {
     if (now < next_turn_) return;

@@ -204,7 +204,6 @@ steady::duration shard::sleep_budget() const {
 }
 
 void shard::end_iteration() {
-  clients_.turn(steady::now());
   path_->end_iteration();
   expire_waiters(false);
   path_->flush();
@@ -224,7 +223,11 @@ void shard::run_loop() {
     if (io_.run_one_for(sleep_budget()) != 0) path_->flush_if_disk_idle();
     while (io_.poll_one() != 0) path_->flush_if_disk_idle();
     end_iteration();
-    load_.sample(steady::now());
+    // One clock read for both: the load's window and the connections'
+    // generation (loop_clients::turn), which the next iteration's flush reads.
+    const auto now = steady::now();
+    load_.sample(now);
+    clients_.turn(now);
   }
   // Stopping: run what is queued (its answers are still owed), then
   // release parked waiters with what they have.
